@@ -1,0 +1,62 @@
+"""lowerer: convert ONNX models across opsets and lower ops, exactly, with proof.
+
+The public API::
+
+    import lowerer
+    result = lowerer.convert("model.onnx", target_opset=11, decompose=["hardmax"])
+    result.model   # an onnx.ModelProto (or an onnx_ir.Model when one was given)
+    result.report  # one record per rewrite
+
+Errors are :class:`LowererError` (a ``ValueError``): :class:`InputError`,
+:class:`ConversionError` and :class:`VerificationError`.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from lowerer._version import __version__
+from lowerer.errors import (
+    ConversionError,
+    InputError,
+    LowererError,
+    VerificationError,
+)
+
+if TYPE_CHECKING:
+    from lowerer.api import ConvertResult, convert
+    from lowerer.ir_pass import LowerPass
+    from lowerer.report import Report, Rewrite
+
+__all__ = [
+    "ConversionError",
+    "ConvertResult",
+    "InputError",
+    "LowerPass",
+    "LowererError",
+    "Report",
+    "Rewrite",
+    "VerificationError",
+    "__version__",
+    "convert",
+]
+
+_LAZY = {
+    "convert": "lowerer.api",
+    "ConvertResult": "lowerer.api",
+    "Report": "lowerer.report",
+    "Rewrite": "lowerer.report",
+    "LowerPass": "lowerer.ir_pass",
+}
+
+
+def __getattr__(name: str) -> Any:
+    """Import the heavy parts (onnx, onnxruntime) only when they are used."""
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module 'lowerer' has no attribute {name!r}")
+    import importlib
+
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value
+    return value

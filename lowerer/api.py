@@ -1,0 +1,114 @@
+"""The Python API: :func:`convert` on a path, an ``onnx.ModelProto`` or an ``onnx_ir.Model``."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Generic, TypeVar
+
+import onnx
+
+from lowerer.errors import InputError
+from lowerer.report import Report
+
+__all__ = ["ConvertResult", "convert"]
+
+ModelT = TypeVar("ModelT")
+
+
+@dataclass
+class ConvertResult(Generic[ModelT]):
+    """The converted model (same kind as given; a ModelProto for a path) and the report."""
+
+    model: ModelT
+    report: Report
+
+
+def convert(
+    model: onnx.ModelProto | Any | str | os.PathLike[str],
+    *,
+    target_opset: int | None = None,
+    decompose: Iterable[str] | str = (),
+    verify: bool = True,
+    providers: Sequence[str] | None = None,
+    seed: int = 0,
+    verify_model: bool = False,
+) -> ConvertResult[Any]:
+    """Convert a model to ``target_opset`` and/or decompose ops, verifying each rewrite.
+
+    Args:
+        model: an ``onnx.ModelProto`` (not modified), an ``onnx_ir.Model`` (not modified), or the
+            path of an .onnx file (external data stays unloaded; paths are checked).
+        target_opset: the default-domain opset to convert to; None keeps the model's.
+        decompose: names of decompositions to apply (``hardmax``, ``globalmaxpool``, ``all``).
+        verify: run each rewrite before and after in onnxruntime and compare exactly.
+        providers: onnxruntime execution providers to verify on (``cuda``, ``dml``, ``cpu`` or full
+            names); None picks CUDA, then DirectML, then CPU, whichever is installed.
+        seed: seed of the generated verification inputs.
+        verify_model: also run the whole original and converted models and compare their outputs.
+
+    Returns:
+        A :class:`ConvertResult` whose ``model`` is the same kind as given.
+
+    Raises:
+        LowererError: bad input (``InputError``), a conversion that cannot be done exactly
+            (``ConversionError``), or a failed check (``VerificationError``).
+
+    Example::
+
+        import lowerer
+        result = lowerer.convert("model.onnx", target_opset=11, decompose=["hardmax"])
+        onnx.save(result.model, "model-11.onnx")
+        for rewrite in result.report:
+            print(rewrite.node, rewrite.op_type, rewrite.from_version, rewrite.to_opset)
+    """
+    from lowerer.model_io import load_model
+    from lowerer.pipeline import run_pipeline
+
+    kind = "proto"
+    source_dir: Path | None = None
+    if isinstance(model, (str, os.PathLike)):
+        source_dir = Path(model).resolve().parent
+        proto = load_model(model)
+        kind = "path"
+    elif isinstance(model, onnx.ModelProto):
+        proto = onnx.ModelProto()
+        proto.CopyFrom(model)
+    elif _is_ir_model(model):
+        import onnx_ir as ir
+
+        proto = ir.serde.serialize_model(model)
+        kind = "ir"
+    else:
+        raise InputError(f"cannot convert a {type(model).__name__}: give an onnx.ModelProto, an "
+                         "onnx_ir.Model or a path")
+    original = None
+    if verify_model:
+        original = onnx.ModelProto()
+        original.CopyFrom(proto)
+    verifier = None
+    if verify:
+        from lowerer.verification import make_verifier
+
+        verifier = make_verifier(providers=providers, seed=seed)
+    report = run_pipeline(proto, target_opset=target_opset, decompose=decompose, verifier=verifier)
+    if original is not None:
+        from lowerer.verification import verify_models
+
+        verify_models(original, proto, providers=providers, seed=seed, base_dir=source_dir, report=report)
+    if kind == "ir":
+        import onnx_ir as ir
+
+        return ConvertResult(ir.serde.deserialize_model(proto), report)
+    return ConvertResult(proto, report)
+
+
+def _is_ir_model(model: object) -> bool:
+    module = type(model).__module__ or ""
+    if not module.startswith("onnx_ir"):
+        return False
+    import onnx_ir as ir
+
+    return isinstance(model, ir.Model)

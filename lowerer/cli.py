@@ -1,0 +1,189 @@
+"""The ``lowerer`` command line: convert, inspect and verify ONNX models.
+
+Heavy modules (onnx, onnxruntime, numpy) are imported inside the commands so that
+``lowerer --help`` answers at once.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import sys
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any, NoReturn
+
+import click
+
+from lowerer._version import __version__
+from lowerer.errors import LowererError
+
+__all__ = ["main"]
+
+EXIT_OK, EXIT_VERIFY, EXIT_BAD_INPUT, EXIT_INTERNAL = 0, 1, 2, 3
+
+_EPILOG = """\b
+Examples:
+  lowerer convert model.onnx -o model-11.onnx --target-opset 11
+  lowerer convert model.onnx -o lowered.onnx --decompose hardmax,globalmaxpool
+  lowerer convert model.onnx -o out.onnx --target-opset 13 --report report.json
+  lowerer inspect model.onnx --target-opset 11
+  lowerer verify original.onnx converted.onnx
+
+\b
+Exit codes: 0 success, 1 verification failed, 2 bad input or usage, 3 internal error.
+"""
+
+
+def _fail(message: str, code: int) -> NoReturn:
+    click.echo(f"lowerer: error: {message}", err=True)
+    sys.exit(code)
+
+
+def _guard(fn: Callable[..., None]) -> Callable[..., None]:
+    """Turn lowerer errors into one line on stderr and the documented exit code."""
+    import functools
+
+    @functools.wraps(fn)
+    def wrapper(*args: Any, **kwargs: Any) -> None:
+        try:
+            fn(*args, **kwargs)
+        except LowererError as e:
+            _fail(str(e), e.exit_code)
+        except (click.exceptions.Exit, click.ClickException, SystemExit):
+            raise
+        except KeyboardInterrupt:
+            _fail("interrupted; nothing was written", 130)
+        except Exception as e:
+            if logging.getLogger("lowerer").isEnabledFor(logging.DEBUG):
+                raise
+            _fail(f"internal error (a bug in lowerer, please report it): {type(e).__name__}: {e}; "
+                  "rerun with -v -v for the traceback", EXIT_INTERNAL)
+
+    return wrapper
+
+
+def _setup_logging(verbose: int, quiet: bool) -> None:
+    level = logging.ERROR if quiet else (logging.WARNING, logging.INFO, logging.DEBUG)[min(verbose, 2)]
+    logging.basicConfig(level=level, format="lowerer: %(levelname)s: %(message)s", stream=sys.stderr)
+    logging.getLogger("lowerer").setLevel(level)
+
+
+def _providers_option(fn: Callable[..., Any]) -> Callable[..., Any]:
+    fn = click.option("--providers", metavar="LIST", default=None,
+                      help="Execution providers for verification, comma-separated: cuda, dml, cpu "
+                           "(default: CUDA, then DirectML, then CPU, whichever onnxruntime offers).")(fn)
+    fn = click.option("--seed", type=int, default=0, show_default=True,
+                      help="Seed of the generated verification inputs.")(fn)
+    return fn
+
+
+def _split(value: str | None) -> list[str] | None:
+    return None if value is None else [p.strip() for p in value.split(",") if p.strip()]
+
+
+@click.group(epilog=_EPILOG, context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(__version__, "--version", prog_name="lowerer")
+@click.option("-v", "--verbose", count=True, help="More logging (-v info, -vv debug).")
+@click.option("-q", "--quiet", is_flag=True, help="Only errors.")
+def main(verbose: int, quiet: bool) -> None:
+    """Convert ONNX models between opsets and lower ops, verifying every rewrite.
+
+    lowerer converts Hardmax/Softmax/LogSoftmax and ArgMax/ArgMin exactly across every opset
+    (up and down), decomposes Hardmax and GlobalMaxPool for backends that lack them, and runs
+    each rewrite before and after in onnxruntime, comparing the outputs exactly.
+    """
+    _setup_logging(verbose, quiet)
+
+
+@main.command(epilog=_EPILOG)
+@click.argument("input_path", metavar="IN.onnx", type=click.Path(path_type=Path))
+@click.option("-o", "--output", "output_path", required=True, type=click.Path(path_type=Path),
+              metavar="OUT.onnx", help="Where to write the converted model (written atomically).")
+@click.option("--target-opset", type=int, default=None, metavar="N",
+              help="Default-domain opset to convert to (default: keep the model's).")
+@click.option("--decompose", default=None, metavar="NAMES",
+              help="Comma-separated decompositions: hardmax, globalmaxpool, all.")
+@click.option("--report", "report_path", type=click.Path(path_type=Path), default=None, metavar="R.json",
+              help="Write a JSON report: one record per rewrite plus a summary.")
+@click.option("--verify/--no-verify", default=True, show_default=True,
+              help="Run each rewrite before and after in onnxruntime and compare exactly.")
+@click.option("--verify-model", is_flag=True, help="Also run the whole models before and after and compare.")
+@_providers_option
+@_guard
+def convert(input_path: Path, output_path: Path, target_opset: int | None, decompose: str | None,
+            report_path: Path | None, verify: bool, verify_model: bool, providers: str | None,
+            seed: int) -> None:
+    """Convert IN.onnx and write OUT.onnx.
+
+    Nothing is written when a node cannot be converted exactly (exit 2) or a rewrite fails
+    verification (exit 1); an existing OUT.onnx is then left untouched.
+    """
+    from lowerer.api import convert as convert_model
+    from lowerer.model_io import save_model
+    from lowerer.pipeline import normalize_decompose
+
+    if target_opset is not None:
+        from lowerer.opsets import check_target_opset
+
+        check_target_opset(target_opset)
+    names = normalize_decompose(decompose)
+    if target_opset is None and not names:
+        raise click.UsageError("nothing to do: give --target-opset and/or --decompose")
+    result = convert_model(input_path, target_opset=target_opset, decompose=names, verify=verify,
+                           providers=_split(providers), seed=seed, verify_model=verify_model)
+    save_model(result.model, output_path, source_dir=input_path.resolve().parent)
+    report = result.report
+    if report_path is not None:
+        from lowerer.model_io import write_text_atomic
+
+        write_text_atomic(report_path, json.dumps(report.to_dict(), indent=2) + "\n")
+    _print_summary(report)
+    click.echo(f"wrote {output_path}", err=True)
+
+
+def _print_summary(report: Any) -> None:
+    summary = report.summary()
+    if not summary["by_rule"]:
+        click.echo("no rewrites: the model already matches the request", err=True)
+        return
+    click.echo(f"{'rule':<24}{'rewrites':>9}{'verified':>10}{'unverified':>12}", err=True)
+    for rule, counts in summary["by_rule"].items():
+        total = sum(counts.values())
+        click.echo(f"{rule:<24}{total:>9}{counts.get('verified', 0):>10}{counts.get('unverified', 0):>12}",
+                   err=True)
+
+
+@main.command(epilog=_EPILOG)
+@click.argument("input_path", metavar="IN.onnx", type=click.Path(path_type=Path))
+@click.option("--target-opset", type=int, default=None, metavar="N", help="Show what converting to N would do.")
+@click.option("--decompose", default=None, metavar="NAMES", help="Show what these decompositions would do.")
+@click.option("--json", "as_json", is_flag=True, help="Print JSON instead of text.")
+@_guard
+def inspect(input_path: Path, target_opset: int | None, decompose: str | None, as_json: bool) -> None:
+    """Show IN.onnx's opsets, the nodes lowerer owns, and what a conversion would do (writes nothing)."""
+    from lowerer.inspection import inspect_model
+
+    info = inspect_model(input_path, target_opset=target_opset, decompose=decompose)
+    if as_json:
+        click.echo(json.dumps(info, indent=2))
+        return
+    click.echo(f"model: {input_path} (IR version {info['ir_version']})")
+    click.echo("opset imports: " + ", ".join(f"{d or 'ai.onnx'}={v}" for d, v in info["opset_imports"].items()))
+    click.echo(f"owned nodes: {len(info['nodes'])}")
+    for n in info["nodes"]:
+        attrs = " ".join(f"{k}={v}" for k, v in n["attributes"].items())
+        click.echo(f"  {n['scope']}: {n['name']} {n['op_type']}-{n['version']} {attrs}".rstrip())
+    if "plan" in info:
+        plan = info["plan"]
+        if plan.get("refused"):
+            click.echo(f"would refuse: {plan['refused']}")
+        else:
+            click.echo(f"would rewrite {len(plan['rewrites'])} node(s):")
+            for r in plan["rewrites"]:
+                click.echo(f"  {r['scope']}: {r['node']} {r['op_type']}-{r['from_version']} -> "
+                           f"{' + '.join(r['emitted'])} (opset {r['to_opset']}, rule {r['rule']})")
+
+
+if __name__ == "__main__":  # pragma: no cover
+    main()

@@ -1,0 +1,53 @@
+"""lowerer as an onnx_ir pass, for onnx_ir/onnxscript pass pipelines."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+
+import onnx_ir as ir
+
+from lowerer.report import Report
+
+__all__ = ["LowerPass"]
+
+
+class LowerPass(ir.passes.InPlacePass):
+    """Convert an ``onnx_ir.Model`` to ``target_opset`` and apply decompositions, in place.
+
+    The model is serialized once, converted by lowerer's protobuf pipeline (with per-rewrite
+    verification unless ``verify=False``) and its graph, functions and opset imports replaced
+    by the converted ones. The last report is kept in :attr:`report`.
+
+    Example::
+
+        passes = ir.passes.Sequential(LowerPass(target_opset=11, decompose=["hardmax"]))
+        result = passes(model)
+    """
+
+    def __init__(self, target_opset: int | None = None, *, decompose: Iterable[str] = (),
+                 verify: bool = True, providers: Sequence[str] | None = None, seed: int = 0) -> None:
+        super().__init__()
+        self.target_opset = target_opset
+        self.decompose = tuple(decompose)
+        self.verify = verify
+        self.providers = providers
+        self.seed = seed
+        self.report: Report | None = None
+
+    def call(self, model: ir.Model) -> ir.passes.PassResult:
+        """Run the conversion; ``modified`` is True when any node was rewritten or the opset changed."""
+        from lowerer.api import convert
+
+        before = model.opset_imports.get("", None)
+        result = convert(model, target_opset=self.target_opset, decompose=self.decompose, verify=self.verify,
+                         providers=self.providers, seed=self.seed)
+        converted: ir.Model = result.model
+        self.report = result.report
+        model.graph = converted.graph  # type: ignore[misc]
+        model.functions.clear()
+        model.functions.update(converted.functions)
+        model.opset_imports.clear()
+        model.opset_imports.update(converted.opset_imports)
+        model.ir_version = converted.ir_version
+        modified = bool(result.report.rewrites) or before != converted.opset_imports.get("", None)
+        return ir.passes.PassResult(model, modified)

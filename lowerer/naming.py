@@ -1,0 +1,63 @@
+"""Fresh value and node names that never collide with a name anywhere in the model."""
+
+from __future__ import annotations
+
+import onnx
+
+__all__ = ["NameGenerator"]
+
+
+class NameGenerator:
+    """Makes names unused anywhere in the model (all graphs, subgraphs and functions).
+
+    The model is scanned once, on the first request, so conversions that create no names
+    pay nothing.
+    """
+
+    def __init__(self, model: onnx.ModelProto) -> None:
+        self._model = model
+        self._used: set[str] | None = None
+        self._counter = 0
+
+    def _scan(self) -> set[str]:
+        used: set[str] = set()
+
+        def graph(g: onnx.GraphProto) -> None:
+            used.update(v.name for v in g.input)
+            used.update(v.name for v in g.output)
+            used.update(v.name for v in g.value_info)
+            used.update(t.name for t in g.initializer)
+            used.update(s.values.name for s in g.sparse_initializer)
+            nodes(g.node)
+
+        def nodes(ns: object) -> None:
+            for n in ns:  # type: ignore[attr-defined]
+                used.add(n.name)
+                used.update(n.input)
+                used.update(n.output)
+                for a in n.attribute:
+                    if a.type == onnx.AttributeProto.GRAPH:
+                        graph(a.g)
+                    elif a.type == onnx.AttributeProto.GRAPHS:
+                        for sub in a.graphs:
+                            graph(sub)
+
+        graph(self._model.graph)
+        for f in self._model.functions:
+            used.update(f.input)
+            used.update(f.output)
+            used.update(v.name for v in f.value_info)
+            nodes(f.node)
+        return used
+
+    def fresh(self, hint: str) -> str:
+        """A new name based on ``hint``, reserved so that it is never handed out again."""
+        if self._used is None:
+            self._used = self._scan()
+        base = (hint or "v").split("__lw")[0]
+        while True:
+            self._counter += 1
+            name = f"{base}__lw{self._counter}"
+            if name not in self._used:
+                self._used.add(name)
+                return name

@@ -1,0 +1,186 @@
+"""The rule contract and the emitter rules build their replacement nodes with."""
+
+from __future__ import annotations
+
+import abc
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, ClassVar, NoReturn
+
+import numpy as np
+import onnx
+from onnx import helper, numpy_helper
+
+from lowerer.errors import ConversionError
+from lowerer.opsets import since_version
+
+if TYPE_CHECKING:
+    from lowerer.naming import NameGenerator
+    from lowerer.scopes import Scope
+    from lowerer.shapes import ShapeIndex
+
+__all__ = ["Emitter", "Rule", "attr", "normalize_axis"]
+
+
+def attr(node: onnx.NodeProto, name: str, default: int | None = None) -> int | None:
+    """The value of an int attribute, or ``default`` when absent."""
+    for a in node.attribute:
+        if a.name == name:
+            return int(a.i)
+    return default
+
+
+def normalize_axis(axis: int, rank: int) -> int:
+    """``axis`` as a non-negative index into a tensor of ``rank``."""
+    return axis + rank if axis < 0 else axis
+
+
+class Emitter:
+    """Builds replacement nodes for one node, valid at the scope's target opset.
+
+    Rules ask it for facts about the node's inputs (type, rank, static dims), create nodes
+    with fresh, collision-free names, and make constants (initializers in graphs, Constant
+    nodes in functions).
+    """
+
+    def __init__(
+        self,
+        node: onnx.NodeProto,
+        scope: Scope,
+        source_version: int,
+        opset: int,
+        names: NameGenerator,
+        shapes: ShapeIndex,
+        decompose: frozenset[str],
+    ) -> None:
+        self.node = node
+        self.scope = scope
+        self.source_version = source_version
+        #: The default-domain opset the replacement must be valid at.
+        self.opset = opset
+        self.decompose = decompose
+        self._names = names
+        self._shapes = shapes
+        self.nodes: list[onnx.NodeProto] = []
+        self.constants: list[onnx.TensorProto] = []
+
+    # -- facts -------------------------------------------------------------------------------
+    def version_of(self, op_type: str) -> int | None:
+        """Since-version of ``op_type`` at the target opset (None if the op does not exist yet)."""
+        return since_version(op_type, self.opset)
+
+    def elem_type(self, name: str) -> int | None:
+        """The element type of value ``name``, or None when unknown."""
+        vt = self._shapes.lookup(self.scope, name, lambda vt: vt[0] != 0)
+        return vt[0] if vt is not None and vt[0] != 0 else None
+
+    def rank(self, name: str) -> int | None:
+        """The rank of value ``name``, or None when unknown."""
+        vt = self._shapes.lookup(self.scope, name, lambda vt: vt[1] is not None)
+        return None if vt is None or vt[1] is None else len(vt[1])
+
+    def dims(self, name: str) -> list[int | None] | None:
+        """The dims of value ``name`` (None for a dynamic dim), or None when the rank is unknown."""
+        vt = self._shapes.lookup(self.scope, name, lambda vt: vt[1] is not None and None not in vt[1])
+        return None if vt is None or vt[1] is None else list(vt[1])
+
+    def require_rank(self, name: str, why: str) -> int:
+        """The rank of ``name``, or a refusal saying ``why`` it is needed."""
+        r = self.rank(name)
+        if r is None:
+            self.refuse(f"the rank of input {name!r} is unknown and is needed {why}; "
+                        "add shape information (value_info) for it")
+        return r
+
+    def refuse_bfloat16(self, name: str) -> None:
+        """Refuse when ``name`` is (or may be) bfloat16: nothing takes bfloat16 below opset 13."""
+        elem = self.elem_type(name)
+        if elem is None:
+            self.refuse(f"the element type of input {name!r} is unknown, and {self.node.op_type} below "
+                        "version 13 does not accept bfloat16; add type information for it")
+        if elem == onnx.TensorProto.BFLOAT16:
+            self.refuse("bfloat16 input, and no op accepts bfloat16 below opset 13 (not even Cast); "
+                        "choose a target opset >= 13")
+
+    def refuse(self, reason: str) -> NoReturn:
+        """Raise :class:`ConversionError` naming the node, its op and the versions."""
+        n = self.node
+        label = n.name or f"<unnamed {n.op_type}>"
+        raise ConversionError(
+            f"node {label!r} ({n.op_type}-{self.source_version}, in {self.scope.path}) "
+            f"cannot be converted to opset {self.opset}: {reason}"
+        )
+
+    # -- building ----------------------------------------------------------------------------
+    def fresh(self, hint: str) -> str:
+        """A new value name."""
+        return self._names.fresh(hint)
+
+    def op(self, op_type: str, inputs: Sequence[str], outputs: Sequence[str] | None = None, **attrs: object) -> str:
+        """Append a default-domain node and return its (first) output name."""
+        base = self.node.output[0] if self.node.output else op_type
+        outs = list(outputs) if outputs is not None else [self.fresh(f"{base}_{op_type}")]
+        node_name = self._names.fresh(f"{self.node.name or self.node.op_type}/{op_type}")
+        attrs = {k: v for k, v in attrs.items() if v is not None}
+        self.nodes.append(helper.make_node(op_type, list(inputs), outs, name=node_name, **attrs))
+        return outs[0]
+
+    def const(self, value: np.ndarray, hint: str = "const") -> str:
+        """A constant value: an initializer in a graph, a Constant node in a function."""
+        name = self.fresh(f"{self.node.output[0] if self.node.output else 'c'}_{hint}")
+        tensor = numpy_helper.from_array(np.asarray(value), name)
+        if self.scope.graph is not None:
+            self.constants.append(tensor)
+            return name
+        if tensor.data_type not in (onnx.TensorProto.FLOAT, onnx.TensorProto.DOUBLE, onnx.TensorProto.FLOAT16) \
+                and self.opset < 9:
+            self.refuse("a non-float constant is needed, and inside a function that needs Constant-9 "
+                        "(opset >= 9)")
+        self.op("Constant", [], [name], value=tensor)
+        return name
+
+    def copy_node(self, **attrs: int | None) -> onnx.NodeProto:
+        """A copy of the original node with ``attrs`` set (None removes an attribute); appended."""
+        node = onnx.NodeProto()
+        node.CopyFrom(self.node)
+        for key, value in attrs.items():
+            kept = [a for a in node.attribute if a.name != key]
+            del node.attribute[:]
+            node.attribute.extend(kept)
+            if value is not None:
+                node.attribute.append(helper.make_attribute(key, value))
+        self.nodes.append(node)
+        return node
+
+
+class Rule(abc.ABC):
+    """One op family's conversion: what it matches, what it emits, when it refuses.
+
+    A rule reads the node's meaning at its source version and writes that meaning for the
+    target opset through the :class:`Emitter`. It returns None when the node can stay as is.
+    """
+
+    #: Short name used in reports.
+    name: ClassVar[str]
+    #: Default-domain ops the rule owns.
+    op_types: ClassVar[tuple[str, ...]]
+    #: The since-versions of the schemas the rule understands.
+    versions: ClassVar[tuple[int, ...]]
+    #: Set for rules that only act when their name is in ``decompose``.
+    decomposition: ClassVar[str | None] = None
+
+    def wants(self, node: onnx.NodeProto, source_version: int, target_opset: int, decompose: frozenset[str]) -> bool:
+        """Whether the node needs this rule (cheap; no shape information)."""
+        if self.decomposition is not None:
+            return self.decomposition in decompose
+        return since_version(node.op_type, target_opset) != source_version
+
+    @abc.abstractmethod
+    def rewrite(self, em: Emitter) -> None:
+        """Emit the replacement of ``em.node`` into ``em`` (or refuse through ``em.refuse``)."""
+
+    @staticmethod
+    def check_exists(em: Emitter, *op_types: str) -> None:
+        """Refuse unless every op in ``op_types`` exists at the target opset."""
+        missing = [op for op in op_types if em.version_of(op) is None]
+        if missing:
+            em.refuse(f"it needs {', '.join(missing)}, which opset {em.opset} does not have")
