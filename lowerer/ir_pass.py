@@ -43,11 +43,13 @@ class LowerPass(ir.passes.InPlacePass):
                          providers=self.providers, seed=self.seed)
         converted: ir.Model = result.model
         self.report = result.report
+        opsets = dict(converted.opset_imports)  # Model.opset_imports may be the graph's own dict
+        functions = dict(converted.functions)
         model.graph = converted.graph  # type: ignore[misc]
         model.functions.clear()
-        model.functions.update(converted.functions)
+        model.functions.update(functions)
         model.opset_imports.clear()
-        model.opset_imports.update(converted.opset_imports)
+        model.opset_imports.update(opsets)
         model.ir_version = converted.ir_version
         modified = bool(result.report.rewrites) or before != converted.opset_imports.get("", None)
         return ir.passes.PassResult(model, modified)
