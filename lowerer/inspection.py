@@ -7,7 +7,7 @@ from typing import Any
 
 import onnx
 
-from lowerer.errors import LowererError
+from lowerer.errors import ConversionError
 from lowerer.opsets import default_opset, is_default_domain, since_version
 from lowerer.scopes import Scope, iter_scopes, subgraphs_of
 
@@ -60,8 +60,6 @@ def inspect_model(path: str | os.PathLike[str], *, target_opset: int | None = No
         try:
             report = run_pipeline(model, target_opset=target_opset, decompose=names)
             info["plan"] = {"rewrites": [r.to_dict() for r in report.rewrites], "refused": None}
-        except LowererError as e:
-            if target_opset is not None and not (1 <= target_opset):
-                raise
+        except ConversionError as e:
             info["plan"] = {"rewrites": [], "refused": str(e)}
     return info

@@ -45,7 +45,9 @@ def load_model(path: str | os.PathLike[str]) -> onnx.ModelProto:
     try:
         model.ParseFromString(data)
     except (DecodeError, RuntimeError, ValueError):
-        raise InputError(f"{p}: not an ONNX model (the protobuf does not parse; truncated or another format?)") from None
+        raise InputError(
+            f"{p}: not an ONNX model (the protobuf does not parse; truncated or another format?)"
+        ) from None
     if model.ir_version <= 0 or not model.HasField("graph"):
         raise InputError(f"{p}: parses as protobuf but is not an ONNX model (no IR version or no graph)")
     check_external_data(model, p.parent.resolve(), source=str(p))

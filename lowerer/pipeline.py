@@ -93,9 +93,8 @@ class _Run:
             elif rebuilt is not None:
                 rebuilt.append(node)
         if rebuilt is not None:
-            kept = [n for n in rebuilt]
             copies = []
-            for n in kept:
+            for n in rebuilt:
                 c = onnx.NodeProto()
                 c.CopyFrom(n)
                 copies.append(c)

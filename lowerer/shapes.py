@@ -76,7 +76,7 @@ class ShapeIndex:
         assert self._graph_types is not None
         for name, vt in extra.items():
             old = self._graph_types.get(name)
-            if old is None or old[1] is None or (vt[1] is not None and sum(d is None for d in vt[1]) < sum(d is None for d in old[1])):
+            if old is None or old[1] is None or (vt[1] is not None and _unknown(vt) < _unknown(old)):
                 self._graph_types[name] = vt
 
     def lookup(
@@ -163,9 +163,6 @@ class ShapeIndex:
         for name in function.input:
             out.pop(name, None)
         out.update({vi.name: vt for vi in graph_inputs if (vt := _value_type(vi.type)) is not None})
-        for name, vt in list(out.items()):
-            if vt[1] is not None:
-                out[name] = (vt[0], [d for d in vt[1]])
         return out
 
 
@@ -176,3 +173,6 @@ def _merge(a: ValueType | None, b: ValueType | None) -> ValueType | None:
         return (a[0], None)
     return (a[0], [x if x == y else None for x, y in zip(a[1], b[1], strict=True)])
 
+
+def _unknown(vt: ValueType) -> int:
+    return len([d for d in vt[1] or () if d is None])

@@ -16,7 +16,6 @@ there).
 from __future__ import annotations
 
 import numpy as np
-import onnx
 
 from lowerer.rules.base import Emitter, Rule, attr, normalize_axis
 

@@ -14,7 +14,6 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-
 import onnx
 
 from lowerer.rules.base import Emitter, Rule, attr, normalize_axis
