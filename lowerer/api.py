@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import os
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Generic, TypeVar
@@ -35,6 +35,7 @@ def convert(
     providers: Sequence[str] | None = None,
     seed: int = 0,
     verify_model: bool = False,
+    progress: Callable[[int, int], None] | None = None,
 ) -> ConvertResult[Any]:
     """Convert a model to ``target_opset`` and/or decompose ops, verifying each rewrite.
 
@@ -48,6 +49,7 @@ def convert(
             names); None picks CUDA, then DirectML, then CPU, whichever is installed.
         seed: seed of the generated verification inputs.
         verify_model: also run the whole original and converted models and compare their outputs.
+        progress: called with (rewrites verified so far, distinct checks run) after each rewrite.
 
     Returns:
         A :class:`ConvertResult` whose ``model`` is the same kind as given.
@@ -64,18 +66,26 @@ def convert(
         for rewrite in result.report:
             print(rewrite.node, rewrite.op_type, rewrite.from_version, rewrite.to_opset)
     """
-    from lowerer.model_io import load_model
+    from lowerer.model_io import read_model
     from lowerer.pipeline import run_pipeline
 
     kind = "proto"
     source_dir: Path | None = None
+    # The bytes the working copy was parsed from: they spare the pipeline a name scan and let shape
+    # inference start early without serializing (see run_pipeline).
+    serialized: bytes | None = None
     if isinstance(model, (str, os.PathLike)):
-        source_dir = Path(model).resolve().parent
-        proto = load_model(model)
+        source_dir = Path(model).parent.resolve()  # where external data is found, as onnx.load does
+        proto, serialized = read_model(model)  # freshly parsed: no copy needed
         kind = "path"
     elif isinstance(model, onnx.ModelProto):
         proto = onnx.ModelProto()
-        proto.CopyFrom(model)
+        try:  # the copy, by way of the bytes (as fast as CopyFrom)
+            serialized = model.SerializeToString()
+            proto.ParseFromString(serialized)
+        except Exception:  # e.g. over 2 GiB: protobuf cannot serialize it
+            serialized = None
+            proto.CopyFrom(model)
     elif _is_ir_model(model):
         import onnx_ir as ir
 
@@ -92,8 +102,15 @@ def convert(
     if verify:
         from lowerer.verification import make_verifier
 
-        verifier = make_verifier(providers=providers, seed=seed)
-    report = run_pipeline(proto, target_opset=target_opset, decompose=decompose, verifier=verifier)
+        verifier = make_verifier(providers=providers, seed=seed, progress=progress)
+    report = run_pipeline(proto, target_opset=target_opset, decompose=decompose, verifier=verifier,
+                          serialized=serialized)
+    del serialized
+    if verifier is not None:
+        report.verification = verifier.summary()
+    else:
+        for rewrite in report.rewrites:
+            rewrite.reason = "verification was turned off (verify=False / --no-verify)"
     if original is not None:
         from lowerer.verification import verify_models
 

@@ -106,6 +106,9 @@ def main(verbose: int, quiet: bool) -> None:
               help="Comma-separated decompositions: hardmax, globalmaxpool, all.")
 @click.option("--report", "report_path", type=click.Path(path_type=Path), default=None, metavar="R.json",
               help="Write a JSON report: one record per rewrite plus a summary.")
+@click.option("--external-data", "external_data", default=None, metavar="FILE",
+              help="Write every weight (1 KiB or more) into FILE, one data file beside OUT.onnx "
+                   "(default: keep the input's data files, copied beside OUT.onnx when it is elsewhere).")
 @click.option("--verify/--no-verify", default=True, show_default=True,
               help="Run each rewrite before and after in onnxruntime and compare exactly.")
 @click.option("--verify-model", is_flag=True, help="Also run the whole models before and after and compare.")
@@ -113,7 +116,7 @@ def main(verbose: int, quiet: bool) -> None:
 @_guard
 def convert(input_path: Path, output_path: Path, target_opset: int | None, decompose: str | None,
             report_path: Path | None, verify: bool, verify_model: bool, providers: str | None,
-            seed: int) -> None:
+            seed: int, external_data: str | None = None) -> None:
     """Convert IN.onnx and write OUT.onnx.
 
     Nothing is written when a node cannot be converted exactly (exit 2) or a rewrite fails
@@ -130,9 +133,15 @@ def convert(input_path: Path, output_path: Path, target_opset: int | None, decom
     names = normalize_decompose(decompose)
     if target_opset is None and not names:
         raise click.UsageError("nothing to do: give --target-opset and/or --decompose")
-    result = convert_model(input_path, target_opset=target_opset, decompose=names, verify=verify,
-                           providers=_split(providers), seed=seed, verify_model=verify_model)
-    save_model(result.model, output_path, source_dir=input_path.resolve().parent)
+    progress = _Progress()
+    try:
+        result = convert_model(input_path, target_opset=target_opset, decompose=names, verify=verify,
+                               providers=_split(providers), seed=seed, verify_model=verify_model,
+                               progress=progress if progress.enabled else None)
+    finally:
+        progress.close()
+    # external data is found beside the path as given (like onnx.load), not beside a link's target
+    save_model(result.model, output_path, source_dir=input_path.parent.resolve(), external_data=external_data)
     report = result.report
     if report_path is not None:
         from lowerer.model_io import write_text_atomic
@@ -152,6 +161,39 @@ def _print_summary(report: Any) -> None:
         total = sum(counts.values())
         click.echo(f"{rule:<24}{total:>9}{counts.get('verified', 0):>10}{counts.get('unverified', 0):>12}",
                    err=True)
+    for reason, count in sorted(summary.get("unverified_reasons", {}).items(), key=lambda kv: -kv[1])[:3]:
+        click.echo(f"unverified ({count}): {reason}", err=True)
+    if summary.get("model_check"):
+        check = summary["model_check"]
+        click.echo(f"whole-model check: {check['status']}: {check['reason']}", err=True)
+
+
+class _Progress:
+    """A one-line counter on stderr for long verifications; silent unless stderr is a terminal."""
+
+    def __init__(self, delay: float = 1.0, interval: float = 0.1) -> None:
+        import time
+
+        self.enabled = sys.stderr.isatty()
+        self._clock = time.monotonic
+        self._start = self._clock()
+        self._delay = delay
+        self._interval = interval
+        self._last = 0.0
+        self._shown = False
+
+    def __call__(self, rewrites: int, checks: int) -> None:
+        now = self._clock()
+        if now - self._start < self._delay or now - self._last < self._interval:
+            return
+        self._last = now
+        self._shown = True
+        click.echo(f"\rverifying: {rewrites} rewrites, {checks} distinct checks", err=True, nl=False)
+
+    def close(self) -> None:
+        """Clear the line if anything was shown."""
+        if self._shown:
+            click.echo("\r\033[K", err=True, nl=False)
 
 
 @main.command(epilog=_EPILOG)
@@ -184,6 +226,32 @@ def inspect(input_path: Path, target_opset: int | None, decompose: str | None, a
                 click.echo(f"  {r['scope']}: {r['node']} {r['op_type']}-{r['from_version']} -> "
                            f"{' + '.join(r['emitted'])} (opset {r['to_opset']}, rule {r['rule']})")
 
+
+@main.command(epilog=_EPILOG)
+@click.argument("first_path", metavar="A.onnx", type=click.Path(path_type=Path))
+@click.argument("second_path", metavar="B.onnx", type=click.Path(path_type=Path))
+@_providers_option
+@_guard
+def verify(first_path: Path, second_path: Path, providers: str | None, seed: int) -> None:
+    """Run A.onnx and B.onnx on the same generated inputs and compare every output exactly.
+
+    Exit 0 when all outputs are equal, 1 when one differs (the first difference is printed),
+    2 when a model cannot be read or run, or the two take different inputs.
+    """
+    from lowerer.errors import InputError, VerificationError
+    from lowerer.model_io import load_model
+    from lowerer.verification.whole import compare_models
+
+    first, second = load_model(first_path), load_model(second_path)
+    result = compare_models(first, second, providers=_split(providers), seed=seed,
+                            base_dir_a=first_path.resolve().parent, base_dir_b=second_path.resolve().parent)
+    reason = result.reason.replace("first model", str(first_path)).replace("second model", str(second_path))
+    if result.status == "skipped":
+        raise InputError(f"cannot compare: {reason}")
+    if result.status == "different":
+        raise VerificationError(f"{first_path} and {second_path} differ on {result.provider}: "
+                                f"{reason.replace('first', 'A').replace('second', 'B')}")
+    click.echo(f"equal: {reason}")
 
 if __name__ == "__main__":  # pragma: no cover
     main()

@@ -5,8 +5,12 @@ model-local functions, and is wrong on the ops lowerer owns. So lowerer calls it
 tiny probe models: one node, its inputs typed, its subgraphs replaced by stubs. When the
 converter merely relabels the probe's node, every node with the same pattern (op, versions,
 attributes, input types) is left as it is and only the opset import changes; the answer is
-cached. When the converter does more, that node is converted on its own, with its constant
-inputs, and the result is spliced in under fresh names.
+cached. When the converter does more, the node is converted with its constant inputs and the
+result is spliced in under fresh names. That conversion is made once per pattern (op, versions,
+attributes, resolved input types, constant inputs' contents, which inputs and outputs repeat
+or are absent), on a probe whose values have canonical names, and the result is reused as a
+template for every node of the pattern: the converter calls grow with the number of distinct
+patterns, not with the number of nodes.
 """
 
 from __future__ import annotations
@@ -28,6 +32,10 @@ __all__ = ["ForeignConverter", "ForeignResult"]
 logger = logging.getLogger(__name__)
 
 _STUB_DOMAIN = "lowerer.stub"
+#: Canonical names in template probes (they never reach the model: every one is mapped back).
+_TEMPLATE_NODE = "lowerer.template.node"
+_TEMPLATE_IN = "lowerer.template.in"
+_TEMPLATE_OUT = "lowerer.template.out"
 
 
 class ForeignResult:
@@ -45,9 +53,13 @@ class ForeignConverter:
         self._names = names
         self._shapes = shapes
         self._relabel: dict[Hashable, bool] = {}
+        self._templates: dict[Hashable, onnx.GraphProto] = {}
+        self._versions: dict[tuple[str, int, int], tuple[int | None, int | None]] = {}
         self._initializers: dict[int, dict[str, onnx.TensorProto]] = {}
         #: How many probes were run (for reports and benchmarks).
         self.probes = 0
+        #: How many structural conversions were made on template probes (one per pattern).
+        self.templates = 0
 
     def convert(self, node: onnx.NodeProto, scope: Scope, source: int, target: int) -> ForeignResult | None:
         """None when ``node`` stays as it is at ``target``, else its replacement.
@@ -55,18 +67,25 @@ class ForeignConverter:
         Raises:
             ConversionError: onnx's converter cannot convert the node, or the op does not exist.
         """
-        src_v = since_version(node.op_type, source)
+        op_type = node.op_type
+        versions = self._versions.get((op_type, source, target))
+        if versions is None:
+            versions = (since_version(op_type, source), since_version(op_type, target))
+            self._versions[(op_type, source, target)] = versions
+        src_v, dst_v = versions
         if src_v is None:
-            raise ConversionError(f"node {_label(node)} ({node.op_type}, in {scope.path}): "
-                                  f"no op {node.op_type!r} exists in default-domain opset {source}")
-        dst_v = since_version(node.op_type, target)
+            raise ConversionError(f"node {_label(node)} ({op_type}, in {scope.path}): "
+                                  f"no op {op_type!r} exists in default-domain opset {source}")
         if dst_v == src_v:
             return None
         if dst_v is None:
-            raise ConversionError(f"node {_label(node)} ({node.op_type}-{src_v}, in {scope.path}) cannot be "
-                                  f"converted to opset {target}: {node.op_type} does not exist there")
-        types = self._input_types(node, scope, precise=target < source or source < 7)
-        key = (node.op_type, source, target, _attribute_key(node), tuple(bool(i) for i in node.input),
+            raise ConversionError(f"node {_label(node)} ({op_type}-{src_v}, in {scope.path}) cannot be "
+                                  f"converted to opset {target}: {op_type} does not exist there")
+        inputs = node.input
+        # Without precision _input_types gives one None per input: skip its per-input work.
+        precise = target < source or source < 7
+        types = self._input_types(node, scope, precise=True) if precise else (None,) * len(inputs)
+        key = (op_type, source, target, _attribute_key(node) if node.attribute else (), tuple(map(bool, inputs)),
                len(node.output), types)
         relabel = self._relabel.get(key)
         if relabel is None:
@@ -103,7 +122,16 @@ class ForeignConverter:
             elif a.type == onnx.AttributeProto.GRAPHS:
                 for g in a.graphs:
                     g.CopyFrom(_stub_graph(g))
-        converted = self._run_converter(probe, source, target, types, {}, scope, src_v)
+        try:
+            converted = self._run_converter(probe, source, target, types, {}, scope, src_v)
+        except ConversionError:
+            # The probe has no constant inputs, and adapters that need them (axes input → attribute
+            # at 13→12) fail on it: convert the node with its constants instead (that raises if it fails).
+            constants = self._scope_initializers(scope)
+            has_graphs = any(a.type in (onnx.AttributeProto.GRAPH, onnx.AttributeProto.GRAPHS) for a in node.attribute)
+            if not has_graphs and any(name in constants for name in node.input if name):
+                return False
+            raise
         nodes = list(converted.graph.node)
         if len(nodes) != 1:
             return False
@@ -119,33 +147,34 @@ class ForeignConverter:
                 f"node {_label(node)} ({node.op_type}-{src_v}, in {scope.path}) cannot be converted to opset "
                 f"{target}: onnx.version_converter changes this op's structure and lowerer does not "
                 "convert ops with subgraphs that way")
-        constants = self._scope_initializers(scope)
-        known = {name: constants[name] for name in node.input if name in constants}
-        converted = self._run_converter(node, source, target, types, known, scope, src_v)
-        keep = set(node.input) | set(node.output)
+        template, names = self._template(node, scope, source, target, types, src_v)
+        # ``names`` maps the template's canonical input/output names to the node's own.
         renames: dict[str, str] = {}
         new_constants: list[onnx.TensorProto] = []
-        for t in converted.graph.initializer:
-            if t.name in keep:
+        for t in template.initializer:
+            if t.name in names:
                 continue
             renames[t.name] = self._names.fresh(t.name)
             tensor = onnx.TensorProto()
             tensor.CopyFrom(t)
             tensor.name = renames[t.name]
             new_constants.append(tensor)
-        nodes: list[onnx.NodeProto] = []
-        for n in converted.graph.node:
+        for n in template.node:
             for out in n.output:
-                if out and out not in keep and out not in renames:
+                if out and out not in names and out not in renames:
                     renames[out] = self._names.fresh(out)
-        for n in converted.graph.node:
+        renames.update(names)
+        nodes: list[onnx.NodeProto] = []
+        for n in template.node:
             copy = onnx.NodeProto()
             copy.CopyFrom(n)
             for i, name in enumerate(copy.input):
                 copy.input[i] = renames.get(name, name)
             for i, name in enumerate(copy.output):
                 copy.output[i] = renames.get(name, name)
-            if not copy.name or copy.name != node.name:
+            if copy.name == _TEMPLATE_NODE and node.name:
+                copy.name = node.name
+            else:
                 copy.name = self._names.fresh(f"{node.name or node.op_type}/{copy.op_type}")
             nodes.append(copy)
         if scope.graph is None and new_constants:
@@ -154,10 +183,73 @@ class ForeignConverter:
             new_constants = []
         return ForeignResult(nodes, new_constants)
 
+    def _template(self, node: onnx.NodeProto, scope: Scope, source: int, target: int,
+                  types: tuple[Hashable, ...], src_v: int) -> tuple[onnx.GraphProto, dict[str, str]]:
+        """The converted graph of ``node``'s pattern, and the map from its canonical names to the node's.
+
+        The pattern is everything the converter's answer can depend on: op, versions, attributes,
+        the resolved type of each distinct input (as the probe declares it), the contents of
+        constant inputs, and which inputs and outputs are absent or repeated.
+        """
+        constants = self._scope_initializers(scope)
+        names: dict[str, str] = {}
+        canonical: dict[str, str] = {}
+        pattern: list[Hashable] = []
+        value_inputs: list[tuple[str, int, list[int | None] | None]] = []
+        known: list[onnx.TensorProto] = []
+        for i, (name, t) in enumerate(zip(node.input, types, strict=False)):
+            if not name:
+                pattern.append(None)
+                continue
+            if name in canonical:
+                pattern.append(("same", canonical[name]))
+                continue
+            canonical[name] = f"{_TEMPLATE_IN}{i}"
+            names[canonical[name]] = name
+            if name in constants:
+                tensor = onnx.TensorProto()
+                tensor.CopyFrom(constants[name])
+                tensor.name = canonical[name]
+                known.append(tensor)
+                pattern.append(("const", tensor.SerializeToString(deterministic=True)))
+                continue
+            if t is None:
+                t = self._shapes.lookup(scope, name, lambda vt: vt[0] != 0)
+            elem, dims = (t if t is not None else (onnx.TensorProto.FLOAT, None))  # type: ignore[misc]
+            elem = elem or onnx.TensorProto.FLOAT
+            dims = None if dims is None else list(dims)
+            value_inputs.append((canonical[name], elem, dims))
+            pattern.append(("value", elem, None if dims is None else tuple(dims)))
+        # Inputs beyond the types tuple (none in practice) keep the probe's old behaviour: not declared.
+        outputs: list[str] = []
+        for j, out in enumerate(node.output):
+            if out:
+                outputs.append(f"{_TEMPLATE_OUT}{j}")
+                names[outputs[-1]] = out
+        key = (node.op_type, node.domain, source, target, _attribute_key(node), tuple(pattern),
+               tuple(bool(o) for o in node.output))
+        template = self._templates.get(key)
+        if template is None:
+            probe = onnx.NodeProto()
+            probe.CopyFrom(node)
+            probe.name = _TEMPLATE_NODE
+            for i, name in enumerate(node.input):
+                if name:
+                    probe.input[i] = canonical[name]
+            for j, out in enumerate(node.output):
+                if out:
+                    probe.output[j] = f"{_TEMPLATE_OUT}{j}"
+            graph = helper.make_graph(
+                [probe], "probe",
+                [helper.make_tensor_value_info(n, e, d) for n, e, d in value_inputs],
+                [helper.make_empty_tensor_value_info(o) for o in outputs], initializer=known)
+            self.templates += 1
+            template = self._convert_graph(graph, node, source, target, scope, src_v).graph
+            self._templates[key] = template
+        return template, names
+
     def _run_converter(self, node: onnx.NodeProto, source: int, target: int, types: tuple[Hashable, ...],
                        constants: dict[str, onnx.TensorProto], scope: Scope, src_v: int) -> onnx.ModelProto:
-        from onnx import version_converter
-
         inputs = []
         seen: set[str] = set()
         for name, t in zip(node.input, types, strict=False):
@@ -171,6 +263,12 @@ class ForeignConverter:
                                                         None if dims is None else list(dims)))
         outputs = [helper.make_empty_tensor_value_info(o) for o in node.output if o]
         graph = helper.make_graph([node], "probe", inputs, outputs, initializer=list(constants.values()))
+        return self._convert_graph(graph, node, source, target, scope, src_v)
+
+    def _convert_graph(self, graph: onnx.GraphProto, node: onnx.NodeProto, source: int, target: int, scope: Scope,
+                       src_v: int) -> onnx.ModelProto:
+        from onnx import version_converter
+
         model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", source),
                                                         helper.make_opsetid(_STUB_DOMAIN, 1)], ir_version=8)
         try:

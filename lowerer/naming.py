@@ -11,12 +11,19 @@ class NameGenerator:
     """Makes names unused anywhere in the model (all graphs, subgraphs and functions).
 
     The model is scanned once, on the first request, so conversions that create no names
-    pay nothing.
+    pay nothing. Every generated name contains the marker ``__lw``; when the caller passes the
+    model's serialization and the marker occurs nowhere in it, no name in the model can equal a
+    generated one and the scan is skipped (names are stored verbatim in the serialization).
     """
 
-    def __init__(self, model: onnx.ModelProto) -> None:
+    #: The marker every generated name contains.
+    MARKER = "__lw"
+
+    def __init__(self, model: onnx.ModelProto, serialized: bytes | None = None) -> None:
         self._model = model
         self._used: set[str] | None = None
+        if serialized is not None and self.MARKER.encode() not in serialized:
+            self._used = set()
         self._counter = 0
 
     def _scan(self) -> set[str]:

@@ -78,6 +78,10 @@ class Report:
     target_opset: int | None = None
     decompose: tuple[str, ...] = ()
     notes: list[str] = field(default_factory=list)
+    #: How per-rewrite verification ran (providers, distinct checks, cache hits, sessions, seconds).
+    verification: dict[str, Any] | None = None
+    #: The whole-model check (``--verify-model``): status, reason, provider, details.
+    model_check: dict[str, Any] | None = None
 
     def __iter__(self):  # type: ignore[no-untyped-def]
         return iter(self.rewrites)
@@ -98,6 +102,9 @@ class Report:
             "target_opset": self.target_opset,
             "decompose": list(self.decompose),
             "notes": list(self.notes),
+            "verification": self.verification,
+            "model_check": self.model_check,
+            "unverified_reasons": dict(Counter(r.reason for r in self.rewrites if r.status == "unverified")),
         }
 
     def to_dict(self) -> dict[str, Any]:

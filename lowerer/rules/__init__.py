@@ -1,14 +1,18 @@
 """The rule catalogue: one module per op family.
 
 * :mod:`lowerer.rules.argmax`: ArgMax/ArgMin across versions 1, 11, 12, 13;
-* :mod:`lowerer.rules.hardmax`: Hardmax/Softmax/LogSoftmax across versions 1, 11, 13.
+* :mod:`lowerer.rules.hardmax`: Hardmax/Softmax/LogSoftmax across versions 1, 11, 13;
+* :mod:`lowerer.rules.hardmax_decomposition`: Hardmax → ArgMax + one-hot (``decompose=hardmax``);
+* :mod:`lowerer.rules.global_max_pool`: GlobalMaxPool → ReduceMax (``decompose=globalmaxpool``).
 """
 
 from __future__ import annotations
 
 from lowerer.rules.argmax import ArgExtremumRule
 from lowerer.rules.base import Emitter, Rule
+from lowerer.rules.global_max_pool import GlobalMaxPoolDecomposition
 from lowerer.rules.hardmax import CoercedAxisRule
+from lowerer.rules.hardmax_decomposition import HardmaxDecomposition
 
 __all__ = [
     "CONVERSION_RULES",
@@ -16,6 +20,8 @@ __all__ = [
     "ArgExtremumRule",
     "CoercedAxisRule",
     "Emitter",
+    "GlobalMaxPoolDecomposition",
+    "HardmaxDecomposition",
     "Rule",
     "rule_for",
 ]
@@ -24,7 +30,10 @@ __all__ = [
 CONVERSION_RULES: tuple[Rule, ...] = (ArgExtremumRule(), CoercedAxisRule())
 
 #: Decomposition rules by the name users pass to ``decompose``.
-DECOMPOSITIONS: dict[str, Rule] = {}
+DECOMPOSITIONS: dict[str, Rule] = {
+    "hardmax": HardmaxDecomposition(),
+    "globalmaxpool": GlobalMaxPoolDecomposition(),
+}
 
 _BY_OP: dict[str, Rule] = {op: rule for rule in CONVERSION_RULES for op in rule.op_types}
 

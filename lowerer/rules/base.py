@@ -29,6 +29,24 @@ def attr(node: onnx.NodeProto, name: str, default: int | None = None) -> int | N
     return default
 
 
+def _attribute(key: str, value: object) -> onnx.AttributeProto:
+    """``helper.make_attribute(key, value)``, with a fast path for plain ints (the common case)."""
+    if type(value) is int:
+        return onnx.AttributeProto(name=key, i=value, type=onnx.AttributeProto.INT)
+    return helper.make_attribute(key, value)
+
+
+def _make_node(op_type: str, inputs: list[str], outputs: list[str], name: str, attrs: dict[str, object]
+               ) -> onnx.NodeProto:
+    """``helper.make_node(op_type, inputs, outputs, name=name, **attrs)``, byte for byte, faster."""
+    node = onnx.NodeProto(op_type=op_type, input=inputs, output=outputs)
+    if name:
+        node.name = name
+    if attrs:
+        node.attribute.extend(_attribute(k, v) for k, v in sorted(attrs.items()) if v is not None)
+    return node
+
+
 def normalize_axis(axis: int, rank: int) -> int:
     """``axis`` as a non-negative index into a tensor of ``rank``."""
     return axis + rank if axis < 0 else axis
@@ -120,8 +138,7 @@ class Emitter:
         base = self.node.output[0] if self.node.output else op_type
         outs = list(outputs) if outputs is not None else [self.fresh(f"{base}_{op_type}")]
         node_name = self._names.fresh(f"{self.node.name or self.node.op_type}/{op_type}")
-        attrs = {k: v for k, v in attrs.items() if v is not None}
-        self.nodes.append(helper.make_node(op_type, list(inputs), outs, name=node_name, **attrs))
+        self.nodes.append(_make_node(op_type, list(inputs), outs, node_name, attrs))
         return outs[0]
 
     def const(self, value: np.ndarray, hint: str = "const") -> str:
@@ -142,12 +159,14 @@ class Emitter:
         """A copy of the original node with ``attrs`` set (None removes an attribute); appended."""
         node = onnx.NodeProto()
         node.CopyFrom(self.node)
+        attributes = node.attribute
         for key, value in attrs.items():
-            kept = [a for a in node.attribute if a.name != key]
-            del node.attribute[:]
-            node.attribute.extend(kept)
+            # Drop every attribute named ``key`` (the others keep their order), then append the new one.
+            for i in range(len(attributes) - 1, -1, -1):
+                if attributes[i].name == key:
+                    del attributes[i]
             if value is not None:
-                node.attribute.append(helper.make_attribute(key, value))
+                attributes.append(_attribute(key, value))
         self.nodes.append(node)
         return node
 

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+import numpy as np
 import onnx
 
 from lowerer.rules.base import Emitter, Rule, attr, normalize_axis
@@ -50,7 +51,9 @@ class CoercedAxisRule(Rule):
     1. flatten meaning → version 13, ``axis`` the last axis (``-1``, or ``rank-1`` when the
        rank is known): a relabel with ``axis=-1``;
     2. flatten meaning → version 13, other axes: ``Flatten(axis)`` → op(``axis=-1``) →
-       ``Reshape`` back to ``Shape(x)`` (dynamic dims work; the rank is not needed);
+       ``Reshape`` back to ``Shape(x)`` (dynamic dims work; the rank is not needed). At opset 13
+       exactly (Reshape-13 has no ``allowzero``) a possibly empty ``x`` goes through
+       ``If(Size(x) == 0)``: ``x`` itself, else the Reshape; a statically empty one is ``Identity``;
     3. flatten meaning → version 1/11: a relabel; a negative axis below 11 is made
        non-negative with the rank;
     4. one-axis meaning → version 1/11, last axis: op(``axis=-1``) at 11, op(``axis=rank-1``)
@@ -89,15 +92,49 @@ class CoercedAxisRule(Rule):
         if axis == -1 or (rank is not None and normalize_axis(axis, rank) == rank - 1):
             em.copy_node(axis=-1)
             return
+        reshape_v = em.version_of("Reshape") or 0
+        if reshape_v < 14 and any(d == 0 for d in em.dims(x) or ()):
+            # Statically empty: the op of an empty tensor is that tensor (see _reshape_13).
+            em.op("Identity", [x], list(em.node.output))
+            return
         shape = em.op("Shape", [x])
         flat = em.op("Flatten", [x], axis=axis)
         inner = em.fresh(f"{em.node.output[0]}_2d")
         node = em.copy_node(axis=-1)
         node.input[0] = flat
         node.output[0] = inner
-        # allowzero keeps zero-sized dims exact; Reshape-14 has it, Reshape-13 does not.
-        em.op("Reshape", [inner, shape], list(em.node.output),
-              allowzero=1 if (em.version_of("Reshape") or 0) >= 14 else None)
+        if reshape_v >= 14:
+            # allowzero keeps zero-sized dims exact.
+            em.op("Reshape", [inner, shape], list(em.node.output), allowzero=1)
+            return
+        self._reshape_13(em, x, inner, shape)
+
+    @staticmethod
+    def _reshape_13(em: Emitter, x: str, inner: str, shape: str) -> None:
+        """Reshape ``inner`` back to ``Shape(x)`` with Reshape-13, exactly also when ``x`` is empty.
+
+        Reshape-13 reads a 0 in the shape as "copy the input's dim": with an empty ``x`` it would
+        fail or, worse, give another shape ([0, 0, 5, 2] at axis 2 came out [0, 10, 5, 2]). The op
+        of an empty tensor is that same empty tensor, so unless the dims are statically non-zero,
+        ``If(Size(x) == 0)`` passes ``x`` through and otherwise reshapes.
+        """
+        out = list(em.node.output)
+        dims = em.dims(x)
+        if dims is not None and all(d is not None and d > 0 for d in dims):
+            em.op("Reshape", [inner, shape], out)  # statically non-empty
+            return
+        is_empty = em.op("Equal", [em.op("Size", [x]), em.const(np.array(0, dtype=np.int64), "zero")])
+        elem = em.elem_type(x)
+
+        def branch(op_type: str, inputs: list[str], label: str) -> onnx.GraphProto:
+            output = em.fresh(f"{out[0]}_{label}")
+            node = onnx.helper.make_node(op_type, inputs, [output], name=em.fresh(f"{em.node.name or 'n'}/{label}"))
+            vi = (onnx.helper.make_tensor_value_info(output, elem, None) if elem is not None
+                  else onnx.helper.make_empty_tensor_value_info(output))
+            return onnx.helper.make_graph([node], em.fresh(label), [], [vi])
+
+        em.op("If", [is_empty], out, then_branch=branch("Identity", [x], "empty"),
+              else_branch=branch("Reshape", [inner, shape], "full"))
 
     def _from_single_axis(self, em: Emitter, x: str, axis: int, target: int) -> None:
         if target >= 13:

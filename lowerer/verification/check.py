@@ -1,0 +1,475 @@
+"""Per-rewrite verification: run the original node and its replacement on the same inputs, compare.
+
+Identical rewrites (same op, version, attributes, input types and shapes, same replacement
+structure and constants) are checked once; later ones reuse the result.
+"""
+
+from __future__ import annotations
+
+import functools
+import time
+import zlib
+from collections import Counter
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import onnx
+
+from lowerer import reference
+from lowerer.errors import VerificationError
+from lowerer.report import Rewrite
+from lowerer.verification.compare import Tolerance, compare, tolerance_for
+from lowerer.verification.inputs import JUDGED_KINDS, InputSet, bind_shapes, generate, kinds_for, min_rank_for
+from lowerer.verification.models import small_model
+from lowerer.verification.providers import select_providers
+from lowerer.verification.runner import (
+    Engine,
+    OrtEngine,
+    ReferenceEngine,
+    SessionMaker,
+    ort_can_exchange,
+)
+
+__all__ = ["CheckResult", "RewriteVerifier"]
+
+#: Ops whose kernels compute (rather than select or move) values. A rewrite only moves their data,
+#: but onnxruntime's kernels for different op versions or layouts (and the numpy reference) may
+#: round differently, so their float outputs match within :func:`tolerance_for`; a record says
+#: "exact" unless the tolerance was needed, and then states it with the largest difference.
+ARITHMETIC_OPS = frozenset({"Softmax", "LogSoftmax"})
+
+Progress = Callable[[int, int], None]
+
+
+@dataclass
+class CheckResult:
+    """The outcome of one distinct check, shared by every identical rewrite."""
+
+    status: str
+    reason: str
+    provider: str | None = None
+    details: dict[str, Any] = field(default_factory=dict)
+    #: For failures: what differs (the node is named by the caller).
+    failure: str | None = None
+
+
+class _Canon:
+    """A rewrite with value names made canonical (``in0``, ``out0``, ``t3``) and node names dropped.
+
+    The key is computed without copying nodes; the canonical copies are made only on a cache miss.
+    """
+
+    def __init__(self, rewrite: Rewrite) -> None:
+        assert rewrite.original is not None
+        self._rewrite = rewrite
+        names: dict[str, str] = {}
+        self.inputs: list[tuple[str, str]] = []  # (canonical, original name)
+        self.outputs: list[tuple[str, str]] = []
+        for i, n in enumerate(rewrite.original.input):
+            if n and n not in names:
+                names[n] = f"in{i}"
+                self.inputs.append((names[n], n))
+        for i, n in enumerate(rewrite.original.output):
+            if n:
+                names.setdefault(n, f"out{i}")
+                self.outputs.append((names[n], n))
+        self._names = names
+        types = []
+        for _, orig_name in self.inputs:
+            vt = rewrite.input_types.get(orig_name)
+            types.append(None if vt is None else (int(vt[0]), None if vt[1] is None else tuple(vt[1])))
+        parts: list[object] = [rewrite.from_opset, rewrite.from_version, rewrite.to_opset, tuple(types)]
+        parts += [self._node_key(n) for n in (rewrite.original, *rewrite.replacement)]
+        parts += [self._tensor(t).SerializeToString(deterministic=True) for t in rewrite.constants]
+        #: Hashable; equal for rewrites that are the same check.
+        self.key: tuple[object, ...] = tuple(parts)
+
+    def rename(self, n: str) -> str:
+        """The canonical name of value ``n``."""
+        if not n:
+            return ""
+        if n not in self._names:
+            self._names[n] = f"t{len(self._names)}"
+        return self._names[n]
+
+    def _node_key(self, node: onnx.NodeProto) -> tuple[object, ...]:
+        attrs: list[object] = []
+        for a in node.attribute:
+            if a.type == onnx.AttributeProto.GRAPH:
+                attrs.append((a.name, self._graph_key(a.g)))
+                continue
+            if a.type == onnx.AttributeProto.GRAPHS:
+                attrs.append((a.name, tuple(self._graph_key(g) for g in a.graphs)))
+                continue
+            if a.type == onnx.AttributeProto.TENSOR:
+                c = onnx.AttributeProto()
+                c.CopyFrom(a)
+                c.t.name = ""
+                a = c
+            attrs.append(a.SerializeToString())
+        return (node.op_type, node.domain, tuple(self.rename(n) for n in node.input),
+                tuple(self.rename(n) for n in node.output), tuple(attrs))
+
+    def _graph_key(self, g: onnx.GraphProto) -> tuple[object, ...]:
+        """A subgraph's key: its values renamed like the outer ones (bodies read outer values by name)."""
+        return (tuple((self.rename(v.name), v.type.SerializeToString()) for v in g.input),
+                tuple(self._node_key(n) for n in g.node),
+                tuple((self.rename(v.name), v.type.SerializeToString()) for v in g.output),
+                tuple(self._tensor(t).SerializeToString() for t in g.initializer))
+
+    def _rename_in_place(self, node: onnx.NodeProto) -> None:
+        node.name = ""
+        node.doc_string = ""
+        for i, n in enumerate(node.input):
+            node.input[i] = self.rename(n)
+        for i, n in enumerate(node.output):
+            node.output[i] = self.rename(n)
+        for a in node.attribute:
+            if a.type == onnx.AttributeProto.TENSOR:
+                a.t.name = ""
+            for g in (a.g,) if a.type == onnx.AttributeProto.GRAPH else tuple(a.graphs):
+                g.name = "body"
+                for v in (*g.input, *g.output, *g.value_info):
+                    v.name = self.rename(v.name)
+                for t in g.initializer:
+                    t.name = self.rename(t.name)
+                for n in g.node:
+                    self._rename_in_place(n)
+
+    def _tensor(self, t: onnx.TensorProto) -> onnx.TensorProto:
+        c = onnx.TensorProto()
+        c.CopyFrom(t)
+        c.name = self.rename(t.name)
+        return c
+
+    def _node(self, node: onnx.NodeProto) -> onnx.NodeProto:
+        c = onnx.NodeProto()
+        c.CopyFrom(node)
+        self._rename_in_place(c)
+        return c
+
+    @functools.cached_property
+    def original(self) -> onnx.NodeProto:
+        """The original node, canonical names."""
+        assert self._rewrite.original is not None
+        return self._node(self._rewrite.original)
+
+    @functools.cached_property
+    def replacement(self) -> list[onnx.NodeProto]:
+        """The replacement nodes, canonical names."""
+        return [self._node(n) for n in self._rewrite.replacement]
+
+    @functools.cached_property
+    def constants(self) -> list[onnx.TensorProto]:
+        """The replacement's constants, canonical names."""
+        return [self._tensor(t) for t in self._rewrite.constants]
+
+
+def _schema_types(node: onnx.NodeProto, opset: int) -> list[int]:
+    """Element types the schema of ``node`` allows for its first input."""
+    try:
+        schema = onnx.defs.get_schema(node.op_type, opset, node.domain)
+    except onnx.defs.SchemaError:
+        return []
+    type_str = schema.inputs[0].type_str if schema.inputs else ""
+    allowed = [tc.allowed_type_strs for tc in schema.type_constraints if tc.type_param_str == type_str]
+    strs = allowed[0] if allowed else [type_str]
+    out = []
+    for s in strs:
+        if s.startswith("tensor(") and s.endswith(")"):
+            name = s[len("tensor("):-1].upper()
+            name = {"FLOAT": "FLOAT", "BFLOAT16": "BFLOAT16"}.get(name, name)
+            if name in onnx.TensorProto.DataType.keys():  # noqa: SIM118 - a protobuf enum
+                out.append(onnx.TensorProto.DataType.Value(name))
+    return out
+
+
+_GENERATED = {onnx.TensorProto.FLOAT, onnx.TensorProto.DOUBLE, onnx.TensorProto.FLOAT16, onnx.TensorProto.BFLOAT16,
+              onnx.TensorProto.INT8, onnx.TensorProto.INT16, onnx.TensorProto.INT32, onnx.TensorProto.INT64,
+              onnx.TensorProto.UINT8, onnx.TensorProto.UINT16, onnx.TensorProto.UINT32, onnx.TensorProto.UINT64,
+              onnx.TensorProto.BOOL}
+
+
+class RewriteVerifier:
+    """The :data:`lowerer.pipeline.Verifier`: checks each rewrite, reusing results of identical ones.
+
+    Args:
+        providers: execution providers (see :func:`~lowerer.verification.providers.select_providers`).
+        seed: seed of the generated inputs (each distinct check derives its own stream from it).
+        progress: called with (rewrites seen, distinct checks run) after each rewrite.
+    """
+
+    def __init__(self, providers: Sequence[str] | None = None, seed: int = 0, progress: Progress | None = None) -> None:
+        self.providers = select_providers(providers)
+        self.seed = seed
+        self.progress = progress
+        self.sessions = SessionMaker(self.providers)
+        self.stats: Counter[str] = Counter()
+        self.seconds = 0.0
+        self._cache: dict[tuple[object, ...], CheckResult] = {}
+
+    def summary(self) -> dict[str, Any]:
+        """Providers, counts (rewrites, distinct checks, cache hits, sessions) and time spent."""
+        return {"providers": list(self.providers), "seed": self.seed, "rewrites": self.stats["rewrites"],
+                "distinct_checks": self.stats["checks"], "cache_hits": self.stats["cache_hits"],
+                "sessions": self.sessions.sessions, "seconds": round(self.seconds, 4)}
+
+    def __call__(self, rewrite: Rewrite) -> None:
+        """Verify ``rewrite``: set its status, provider, reason and details, or raise VerificationError."""
+        start = time.perf_counter()
+        try:
+            self.stats["rewrites"] += 1
+            if rewrite.original is None:
+                rewrite.status, rewrite.reason = "unverified", "the rewrite carries no copy of the original node"
+                return
+            canon = _Canon(rewrite)
+            result = self._cache.get(canon.key)
+            if result is None:
+                self.stats["checks"] += 1
+                t0 = time.perf_counter()
+                try:
+                    result = self._check(rewrite, canon)
+                except VerificationError:
+                    raise
+                except Exception as e:  # a bug in the checker must not pass as verified
+                    result = CheckResult("unverified", f"the check itself failed: {type(e).__name__}: {e}")
+                result.details["check_seconds"] = round(time.perf_counter() - t0, 6)
+                self._cache[canon.key] = result
+                reused = False
+            else:
+                self.stats["cache_hits"] += 1
+                reused = True
+            rewrite.status = result.status
+            rewrite.reason = result.reason
+            rewrite.provider = result.provider
+            rewrite.details = {**result.details, "reused": reused}
+            if result.status == "failed":
+                raise VerificationError(self._message(rewrite, canon, result))
+        finally:
+            self.seconds += time.perf_counter() - start
+            if self.progress is not None:
+                self.progress(self.stats["rewrites"], self.stats["checks"])
+
+    @staticmethod
+    def _message(rewrite: Rewrite, canon: _Canon, result: CheckResult) -> str:
+        text = result.failure or result.reason
+        for c, o in (*canon.inputs, *canon.outputs):
+            text = text.replace(f"'{c}'", repr(o)).replace(f"{c}:", f"{o}:")
+        return (f"node {rewrite.node!r} ({rewrite.op_type}-{rewrite.from_version}, in {rewrite.scope}) rewritten for "
+                f"opset {rewrite.to_opset} by rule {rewrite.rule!r} ({' + '.join(rewrite.emitted)}) failed "
+                f"verification on {result.provider}: {text}")
+
+    # -- one distinct check ------------------------------------------------------------------------
+    def _check(self, rewrite: Rewrite, canon: _Canon) -> CheckResult:
+        produced = {o for n in canon.replacement for o in n.output if o}
+        missing = [orig for c, orig in canon.outputs if c not in produced]
+        if missing:
+            return CheckResult("failed", "replacement does not produce every output", "structure",
+                               failure=f"the replacement does not produce output(s) {missing}")
+        known = {c for c, _ in canon.inputs} | {t.name for t in canon.constants}
+        free: list[str] = []
+        for n in canon.replacement:
+            free += [i for i in n.input if i and i not in known]
+            known.update(o for o in n.output if o)
+        if free:
+            return CheckResult("unverified", "the replacement reads values the original node does not take")
+        if any(n.domain not in ("", "ai.onnx") for n in (canon.original, *canon.replacement)):
+            return CheckResult("unverified", "nodes outside the default domain are not verified")
+        specs = []
+        for c, orig in canon.inputs:
+            vt = rewrite.input_types.get(orig)
+            if vt is None:
+                return CheckResult("unverified", f"the type of input {orig!r} is unknown")
+            specs.append((c, int(vt[0]), None if vt[1] is None else list(vt[1])))
+        unknown = [s for s in specs if s[1] == 0]
+        if unknown and len(specs) > 1:
+            return CheckResult("unverified", f"the element type of input {unknown[0][0]!r} is unknown")
+        if unknown:
+            candidates = [t for t in _schema_types(rewrite.original, rewrite.from_opset) if t in _GENERATED]  # type: ignore[arg-type]
+            if not candidates:
+                return CheckResult("unverified", "the input's element type is unknown and the op's schema lists none "
+                                                 "lowerer can generate")
+            elem_sets = [[t] for t in candidates]
+        else:
+            bad = [s for s in specs if s[1] not in _GENERATED]
+            if bad:
+                name = onnx.TensorProto.DataType.Name(bad[0][1])
+                return CheckResult("unverified", f"inputs of element type {name} are not generated")
+            elem_sets = [[s[1] for s in specs]]
+        min_rank = min_rank_for(canon.original, rewrite.from_version)
+        shape_lists = []
+        for _, _, dims in specs:
+            shapes = bind_shapes(dims, min_rank)
+            if isinstance(shapes, str):
+                return CheckResult("unverified", shapes)
+            shape_lists.append(shapes)
+        n_sets = max(len(s) for s in shape_lists) if shape_lists else 1
+        combos = [tuple(s[i % len(s)] for s in shape_lists) for i in range(n_sets)]
+        outcomes = [self._check_types(rewrite, canon, specs, elems, combos) for elems in elem_sets]
+        failed = [o for o in outcomes if o.status == "failed"]
+        if failed:
+            return failed[0]
+        if len(outcomes) == 1:
+            return outcomes[0]
+        names = [onnx.TensorProto.DataType.Name(e[0]).lower() for e in elem_sets]
+        not_done = [f"{n}: {o.reason}" for n, o in zip(names, outcomes, strict=True) if o.status != "verified"]
+        details = {"element_type": "unknown; checked each type the schema allows",
+                   "by_type": {n: {"status": o.status, "provider": o.provider, **o.details}
+                               for n, o in zip(names, outcomes, strict=True)}}
+        providers = sorted({o.provider for o in outcomes if o.provider})
+        if not_done:
+            return CheckResult("unverified", "element type unknown; not verified for " + "; ".join(not_done),
+                               ", ".join(providers) or None, details)
+        return CheckResult("verified", f"element type unknown; verified for each of {', '.join(names)}",
+                           ", ".join(providers), details)
+
+    def _engine(self, model: onnx.ModelProto, opset: int, dtypes: list[np.dtype], side: str) -> Engine | str:  # type: ignore[type-arg]
+        why = ort_can_exchange(dtypes)
+        if why is None:
+            made = self.sessions.create(model)
+            if not isinstance(made, str):
+                return made
+            why = f"onnxruntime cannot run the {side}: {made}"
+        else:
+            why = f"{why} for the {side}"
+        ref_why = reference.supports(model.graph.node, opset)
+        if ref_why is None:
+            return ReferenceEngine(model, opset, fallback_reason=why)
+        return f"{why}; and {ref_why}"
+
+    def _check_types(self, rewrite: Rewrite, canon: _Canon, specs: list[tuple[str, int, list[int | None] | None]],
+                     elems: list[int], combos: list[tuple[tuple[int, ...], ...]]) -> CheckResult:
+        in_specs = [(c, e, d) for (c, _, d), e in zip(specs, elems, strict=True)]
+        outputs = [c for c, _ in canon.outputs]
+        orig_model = small_model([canon.original], [], in_specs, outputs, rewrite.from_opset)
+        repl_model = small_model(canon.replacement, canon.constants, in_specs, outputs, rewrite.to_opset)
+        dtypes = [reference.np_dtype(e) for e in elems]
+        orig = self._engine(orig_model, rewrite.from_opset, dtypes, "original")
+        if isinstance(orig, str):
+            return CheckResult("unverified", orig)
+        invalid = _invalid(repl_model, orig_model)
+        if invalid:
+            return CheckResult("failed", "the replacement is not a valid ONNX graph", "onnx.checker",
+                               failure=f"the replacement is not a valid ONNX graph at opset "
+                                       f"{rewrite.to_opset}: {invalid}")
+        repl = self._engine(repl_model, rewrite.to_opset, dtypes, "replacement")
+        if isinstance(repl, str):
+            return CheckResult("unverified", repl)
+        provider = orig.label if orig.label == repl.label else f"{orig.label} (original), {repl.label} (replacement)"
+        tol: Tolerance | None = None  # set once a tolerance was needed
+        arithmetic = rewrite.op_type in ARITHMETIC_OPS
+        rng = np.random.default_rng([self.seed, zlib.crc32(repr(canon.key).encode())])
+        names = [c for c, _, _ in in_specs]
+        orig_names = dict(canon.inputs)
+        kinds = [k for k in kinds_for(elems[0]) if all(k in kinds_for(e) for e in elems)]
+        used_sets: list[str] = []
+        skipped: list[str] = []
+        nan_notes: list[str] = []
+        comparisons = 0
+        max_diff = 0.0
+        first_error: str | None = None
+        for shapes in combos:
+            empty = all(0 in s for s in shapes)
+            for kind in kinds[:1] if empty else kinds:  # an empty input has no values to vary
+                iset = InputSet(kind, shapes)
+                desc = iset.describe([orig_names[n] for n in names], dtypes)
+                feeds = {n: generate(kind, e, s, rng) for n, e, s in zip(names, elems, shapes, strict=True)}
+                try:
+                    expected = orig.run(feeds)
+                except Exception as e:
+                    first_error = first_error or f"{desc}: {_short(e)}"
+                    skipped.append(f"{desc}: the original does not run on it")
+                    break  # the shape itself is unacceptable to the original
+                if isinstance(orig, OrtEngine):
+                    orig.resolve_placement()
+                try:
+                    actual = repl.run(feeds)
+                except Exception as e:
+                    if isinstance(e, reference.ReferenceEvalError) and orig.label != repl.label:
+                        # Engines differ: the reference may be stricter than onnxruntime here.
+                        skipped.append(f"{desc}: the reference cannot evaluate the replacement ({_short(e)}) "
+                                       f"although {orig.label} runs the original")
+                        continue
+                    return CheckResult("failed", "the replacement raised an error where the original ran", provider,
+                                       {"input_set": desc},
+                                       failure=f"input set {desc}: the original runs but the replacement raises: "
+                                               f"{_short(e)}")
+                if isinstance(repl, OrtEngine):
+                    repl.resolve_placement()
+                used_sets.append(desc)
+                for (_, orig_out), exp, act in zip(canon.outputs, expected, actual, strict=True):
+                    t = tolerance_for(exp.dtype, rewrite.op_type) if arithmetic else None
+                    diff, md = compare(exp, act, t)
+                    if t is not None and diff is None and kind in JUDGED_KINDS and compare(exp, act)[0] is not None:
+                        tol = t
+                    comparisons += 1
+                    if kind not in JUDGED_KINDS:
+                        if diff is not None:
+                            nan_notes.append(f"{desc}: output {orig_out!r} {diff.describe()} (recorded, not judged)")
+                        continue
+                    max_diff = max(max_diff, md)
+                    if diff is not None:
+                        return CheckResult(
+                            "failed", "outputs differ", provider,
+                            {"input_set": desc, "output": orig_out, "max_difference": md,
+                             "tolerance": "exact" if t is None else t.to_dict()},
+                            failure=f"input set {desc}: output {orig_out!r} {diff.describe()}")
+        if not used_sets:
+            return CheckResult("unverified", f"the original could not run on any generated input ({first_error})")
+        details: dict[str, Any] = {
+            "engines": {"original": orig.label, "replacement": repl.label},
+            "element_types": [str(d) for d in dtypes],
+            "input_sets": used_sets,
+            "comparisons": comparisons,
+            "max_difference": max_diff,
+            "tolerance": "exact" if tol is None else {
+                **tol.to_dict(), "why": f"{rewrite.op_type} computes its values; the kernels on the two sides "
+                                        "(op versions, layouts or engines) may round differently"},
+            "nan": "; ".join(nan_notes) if nan_notes else ("equal" if any(s.startswith("nan") for s in used_sets)
+                                                           else "not generated"),
+        }
+        for side, engine in (("original", orig), ("replacement", repl)):
+            fallback = getattr(engine, "fallback_reason", None)
+            if fallback:
+                details[f"{side}_fallback"] = fallback
+            if engine.placement:
+                details[f"{side}_placement"] = engine.placement
+        if skipped:
+            details["skipped"] = skipped
+        how = "exactly" if tol is None else f"within {tol.ulps} ulps (max difference {max_diff:.3g})"
+        return CheckResult("verified", f"{len(used_sets)} input sets compared {how} on {provider}", provider, details)
+
+
+def _validate(model: onnx.ModelProto) -> None:
+    """Check every node against its schema, then run strict shape and type inference.
+
+    Nodes with subgraphs (If, Loop, Scan) are left to inference: onnx's node checker sees a
+    subgraph without its outer scope and would refuse the outer values it reads.
+    """
+    ctx = onnx.checker.C.CheckerContext()
+    ctx.ir_version = model.ir_version
+    ctx.opset_imports = {o.domain: o.version for o in model.opset_import}
+    for node in model.graph.node:
+        if not any(a.type in (onnx.AttributeProto.GRAPH, onnx.AttributeProto.GRAPHS) for a in node.attribute):
+            onnx.checker.check_node(node, ctx)
+    onnx.shape_inference.infer_shapes(model, check_type=True, strict_mode=True)
+
+
+def _invalid(model: onnx.ModelProto, reference_model: onnx.ModelProto) -> str | None:
+    """Why ``model`` is not a valid ONNX model, when ``reference_model`` (the original) is; else None."""
+    try:
+        _validate(reference_model)
+    except Exception:
+        return None
+    try:
+        _validate(model)
+    except Exception as e:
+        return _short(e)
+    return None
+
+
+def _short(e: BaseException) -> str:
+    text = " ".join(str(e).split()).replace("[ONNXRuntimeError] : ", "")
+    return text if len(text) <= 300 else text[:297] + "..."

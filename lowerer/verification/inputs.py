@@ -1,0 +1,156 @@
+"""Generated, seeded verification inputs: concrete shapes for dynamic dims, and input sets that find bugs.
+
+Input sets (``kind``):
+
+* ``normal``: random normal values (integers: uniform over a moderate range);
+* ``ties``: two small integers (as floats for float types), so first vs last extremum matters;
+* ``all-equal``: one value everywhere (every row is all ties);
+* ``inf`` (floats): normal values with +inf and -inf sprinkled in;
+* ``edges``: the type's range edges (integers: min, min+1, -1, 0, 1, max-1, max; floats:
+  the largest finite values, the smallest subnormal, +0 and -0);
+* ``nan`` (floats): normal values with NaN sprinkled in. What the two sides compute on it is
+  recorded, never judged: ONNX leaves NaN ordering undefined for these ops.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import ml_dtypes
+import numpy as np
+import onnx
+
+from lowerer.reference import np_dtype
+
+__all__ = ["JUDGED_KINDS", "KINDS", "InputSet", "bind_shapes", "generate", "min_rank_for"]
+
+KINDS = ("normal", "ties", "all-equal", "inf", "edges", "nan")
+#: Kinds whose comparison decides verified/failed; the rest are recorded only.
+JUDGED_KINDS = frozenset(KINDS) - {"nan"}
+#: The most elements one generated input may have.
+MAX_ELEMENTS = 1 << 24
+
+_BF16 = np.dtype(ml_dtypes.bfloat16)
+
+
+@dataclass(frozen=True)
+class InputSet:
+    """One generated input set: its kind and the concrete shape of each input."""
+
+    kind: str
+    shapes: tuple[tuple[int, ...], ...]
+
+    def describe(self, names: Sequence[str], dtypes: Sequence[np.dtype]) -> str:  # type: ignore[type-arg]
+        """``kind (x: float32[2,3])``."""
+        parts = [f"{n}: {d}[{','.join(map(str, s))}]" for n, d, s in zip(names, dtypes, self.shapes, strict=True)]
+        return f"{self.kind} ({'; '.join(parts)})"
+
+
+def min_rank_for(node: onnx.NodeProto, version: int) -> int | None:
+    """The smallest input rank ``node`` accepts, for ops lowerer knows; None for other ops."""
+    axis = None
+    for a in node.attribute:
+        if a.name == "axis":
+            axis = int(a.i)
+    op = node.op_type
+    if op in ("ArgMax", "ArgMin"):
+        axis = 0 if axis is None else axis
+    elif op in ("Hardmax", "Softmax", "LogSoftmax"):
+        axis = (1 if version < 13 else -1) if axis is None else axis
+    elif op in ("GlobalMaxPool", "GlobalAveragePool", "GlobalLpPool"):
+        return 3
+    else:
+        return None
+    return max(axis + 1, 1) if axis >= 0 else -axis
+
+
+def bind_shapes(dims: Sequence[int | None] | None, min_rank: int | None) -> list[tuple[int, ...]] | str:
+    """Concrete shapes to check: dynamic dims bound to 1, to 3, to distinct sizes 2, 3, 4, ..., and to 0.
+
+    With an unknown rank (``dims`` None), ranks ``min_rank`` .. ``min_rank + 2`` are used. The
+    empty binding checks that a rewrite keeps empty tensors empty (where the original accepts
+    them; where it does not, the check skips that shape).
+    Returns the reason instead when no shape can be chosen.
+    """
+    if dims is None:
+        if min_rank is None:
+            return "the input's rank is unknown and lowerer does not know which ranks the op accepts"
+        templates: list[list[int | None]] = [[None] * r for r in range(min_rank, min_rank + 3)]
+    else:
+        templates = [list(dims)]
+    shapes: list[tuple[int, ...]] = []
+    for template in templates:
+        dynamic = [i for i, d in enumerate(template) if d is None]
+        bindings = ([[1] * len(dynamic), [3] * len(dynamic), [2 + k for k in range(len(dynamic))], [0] * len(dynamic)]
+                    if dynamic else [[]])
+        for binding in bindings:
+            shape = list(template)
+            for i, size in zip(dynamic, binding, strict=True):
+                shape[i] = size
+            concrete = tuple(int(d) for d in shape)  # type: ignore[arg-type]
+            if concrete not in shapes:
+                shapes.append(concrete)
+    too_big = [s for s in shapes if int(np.prod(s, dtype=np.int64)) > MAX_ELEMENTS]
+    if too_big and len(too_big) == len(shapes):
+        size = int(np.prod(too_big[0], dtype=np.int64))
+        return f"the input has {size} elements, over the {MAX_ELEMENTS} verification limit"
+    return [s for s in shapes if s not in too_big]
+
+
+def kinds_for(elem_type: int) -> tuple[str, ...]:
+    """The input-set kinds that make sense for an element type."""
+    dtype = np_dtype(elem_type)
+    if dtype.kind == "f" or dtype == _BF16:
+        return KINDS
+    if dtype.kind == "b":
+        return ("normal", "all-equal")
+    return ("normal", "ties", "all-equal", "edges")
+
+
+def generate(kind: str, elem_type: int, shape: tuple[int, ...], rng: np.random.Generator) -> np.ndarray:
+    """One input of ``kind`` for ``elem_type`` and ``shape``."""
+    dtype = np_dtype(elem_type)
+    is_float = dtype.kind == "f" or dtype == _BF16
+    if dtype.kind == "b":
+        if kind == "all-equal":
+            return np.full(shape, bool(rng.integers(0, 2)))
+        return rng.integers(0, 2, size=shape).astype(bool)
+    if is_float:
+        return _float_input(kind, dtype, shape, rng)
+    return _int_input(kind, dtype, shape, rng)
+
+
+def _float_input(kind: str, dtype: np.dtype, shape: tuple[int, ...], rng: np.random.Generator) -> np.ndarray:  # type: ignore[type-arg]
+    if kind == "ties":
+        return rng.integers(-1, 1, size=shape).astype(np.float32).astype(dtype)
+    if kind == "all-equal":
+        return np.full(shape, np.float32(rng.integers(-3, 4) * 0.5)).astype(dtype)
+    if kind == "edges":
+        info = ml_dtypes.finfo(dtype) if dtype == _BF16 else np.finfo(dtype)
+        pool = np.array([float(info.max), -float(info.max), float(info.smallest_subnormal), 0.0, -0.0,
+                         -float(info.smallest_subnormal), float(info.max) / 2], dtype=np.float64)
+        return pool[rng.integers(0, len(pool), size=shape)].astype(dtype)
+    x = rng.standard_normal(size=shape).astype(np.float32)
+    if kind == "inf":
+        u = rng.random(size=shape)
+        x[u < 0.2] = np.inf
+        x[(u >= 0.2) & (u < 0.4)] = -np.inf
+    elif kind == "nan":
+        x[rng.random(size=shape) < 0.15] = np.nan
+    return x.astype(dtype)
+
+
+def _int_input(kind: str, dtype: np.dtype, shape: tuple[int, ...], rng: np.random.Generator) -> np.ndarray:  # type: ignore[type-arg]
+    info = np.iinfo(dtype)
+    if kind == "ties":
+        low = 0 if info.min == 0 else -1
+        return rng.integers(low, low + 2, size=shape).astype(dtype)
+    if kind == "all-equal":
+        return np.full(shape, rng.integers(0, 5), dtype=dtype)
+    if kind == "edges":
+        pool = sorted({int(info.min), int(info.min) + 1, int(info.max) - 1, int(info.max),
+                       *(v for v in (-1, 0, 1) if info.min <= v <= info.max)})
+        return np.array(pool, dtype=dtype)[rng.integers(0, len(pool), size=shape)]
+    low, high = (0, 200) if info.min == 0 else (-100, 100)
+    return rng.integers(max(low, int(info.min)), min(high, int(info.max)) + 1, size=shape).astype(dtype)

@@ -1,0 +1,179 @@
+"""GlobalMaxPool → ReduceMax (``decompose=globalmaxpool``): exact against numpy, in onnxruntime.
+
+Versions 1 and 22, ranks 3-5, float/float16/double (bfloat16 for 22), static, symbolic and
+unknown shapes, targets below and from opset 18 (axes attribute vs input); If/Loop bodies and
+model-local functions; refusals; ``decompose=all`` with Hardmax in one model.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import onnx
+import pytest
+from _decompose_oracle import (
+    NP_TYPES,
+    bf16_as_float,
+    global_max_pool_oracle,
+    hardmax_oracle,
+    op_types_everywhere,
+    session,
+    single_op_model,
+    tie_heavy,
+)
+from onnx import TensorProto, helper
+
+import lowerer
+
+F32, F16, F64, BF16 = TensorProto.FLOAT, TensorProto.FLOAT16, TensorProto.DOUBLE, TensorProto.BFLOAT16
+SHAPES = {3: (2, 3, 5), 4: (2, 3, 4, 5), 5: (1, 2, 3, 2, 4)}
+TARGETS = (None, 7, 11, 12, 13, 17, 18, 21, 22)
+_TYPE_NAMES = {F32: "float", F16: "float16", F64: "double", BF16: "bfloat16"}
+
+
+def _decompose(model: onnx.ModelProto, target: int | None = None, names: str = "globalmaxpool") -> onnx.ModelProto:
+    out = lowerer.convert(model, decompose=names, target_opset=target, verify=False).model
+    assert "GlobalMaxPool" not in op_types_everywhere(out)
+    return out
+
+
+def _inputs(shape: tuple[int, ...], dtype: type) -> list[np.ndarray]:
+    rng = np.random.default_rng(len(shape))
+    return [rng.standard_normal(shape).astype(dtype), tie_heavy(shape, dtype, seed=1),
+            np.full(shape, -np.inf, dtype=dtype)]
+
+
+def _check(model: onnx.ModelProto, inputs: list[np.ndarray], elem: int) -> None:
+    expected = [global_max_pool_oracle(x) for x in inputs]
+    if elem == BF16:
+        model = bf16_as_float(model)
+        inputs = [x.astype(np.float32) for x in inputs]
+        expected = [e.astype(np.float32) for e in expected]
+    sess = session(model)
+    for x, want in zip(inputs, expected, strict=True):
+        got = sess.run(None, {"x": x})[0]
+        assert got.dtype == want.dtype
+        assert got.shape == want.shape
+        assert np.array_equal(got, want)
+
+
+@pytest.mark.parametrize(("source", "rank", "elem"), [
+    pytest.param(source, rank, elem, id=f"opset{source}-rank{rank}-{_TYPE_NAMES[elem]}")
+    for source in (13, 22) for rank in (3, 4, 5) for elem in (F32, F16, F64, BF16)
+    if elem != BF16 or source >= 22  # GlobalMaxPool takes bfloat16 from version 22 on
+])
+def test_matches_numpy_at_every_target(source: int, rank: int, elem: int) -> None:
+    shape = SHAPES[rank]
+    inputs = _inputs(shape, NP_TYPES[elem])
+    for kind in ("static", "symbolic", "unknown rank"):
+        dims = {"static": list(shape), "symbolic": [f"d{i}" for i in range(rank)], "unknown rank": None}[kind]
+        model = single_op_model("GlobalMaxPool", elem, dims, source, out_shape=None)
+        for target in TARGETS:
+            opset = target or source
+            if elem == BF16 and opset < 13:
+                with pytest.raises(lowerer.ConversionError, match="bfloat16"):
+                    _decompose(model, target)
+                continue
+            if kind == "unknown rank" and opset < 18:
+                with pytest.raises(lowerer.ConversionError, match=r"rank of input 'x' is unknown.*opset >= 18"):
+                    _decompose(model, target)
+                continue
+            out = _decompose(model, target)
+            reduce = next(n for n in out.graph.node if n.op_type == "ReduceMax")
+            assert [a.i for a in reduce.attribute if a.name == "keepdims"] == [1]
+            if opset >= 18:
+                assert len(reduce.input) == 2 and not any(a.name == "axes" for a in reduce.attribute)
+            else:
+                assert len(reduce.input) == 1
+                assert [list(a.ints) for a in reduce.attribute if a.name == "axes"] == [list(range(2, rank))]
+            assert ("Cast" in [n.op_type for n in out.graph.node]) == (elem == BF16)
+            _check(out, inputs, elem)
+
+
+def test_double_runs_after_decomposition() -> None:
+    """onnxruntime has no double GlobalMaxPool kernel; ReduceMax runs."""
+    model = single_op_model("GlobalMaxPool", F64, [2, 3, 4, 4], 13, out_shape=None)
+    with pytest.raises(Exception, match=r"NOT_IMPLEMENTED|Could not find an implementation"):
+        session(model)
+    _check(_decompose(model), _inputs((2, 3, 4, 4), np.float64), F64)
+
+
+@pytest.mark.parametrize(("source", "dims", "elem", "target", "message"), [
+    (13, [2, 3], F32, None, r"input 'x' has rank 2; GlobalMaxPool needs \(N, C, D1, ...\), rank >= 3"),
+    (13, None, F32, 17, r"rank of input 'x' is unknown, and ReduceMax below opset 18 takes its axes"),
+    (22, [1, 2, 3], BF16, 12, "bfloat16"),
+])
+def test_refusals(source: int, dims: list[int] | None, elem: int, target: int | None, message: str) -> None:
+    model = single_op_model("GlobalMaxPool", elem, dims, source, out_shape=None)
+    with pytest.raises(lowerer.ConversionError, match=message) as info:
+        _decompose(model, target)
+    assert "GlobalMaxPool" in str(info.value)
+
+
+def _control_flow_model(opset: int) -> onnx.ModelProto:
+    """``y = If(c, GlobalMaxPool(x), Loop(1){ GlobalMaxPool(x) })``."""
+    vi = helper.make_tensor_value_info
+    out_shape = [2, 3, 1, 1]
+    loop_body = helper.make_graph(
+        [helper.make_node("GlobalMaxPool", ["x"], ["p"], name="gmp_loop"),
+         helper.make_node("Identity", ["cond_in"], ["cond_out"])],
+        "loop_body", [vi("iter", TensorProto.INT64, []), vi("cond_in", TensorProto.BOOL, []),
+                      vi("acc_in", F32, out_shape)],
+        [vi("cond_out", TensorProto.BOOL, []), vi("p", F32, out_shape)],
+    )
+    then_g = helper.make_graph([helper.make_node("GlobalMaxPool", ["x"], ["t"], name="gmp_then")], "then", [],
+                               [vi("t", F32, out_shape)])
+    else_g = helper.make_graph([helper.make_node("Loop", ["trips", "", "init"], ["l"], name="loop",
+                                                 body=loop_body)], "else", [], [vi("l", F32, out_shape)])
+    graph = helper.make_graph(
+        [helper.make_node("If", ["c"], ["y"], name="top_if", then_branch=then_g, else_branch=else_g)], "g",
+        [vi("x", F32, [2, 3, 4, 5]), vi("c", TensorProto.BOOL, [])], [vi("y", F32, out_shape)],
+        initializer=[helper.make_tensor("trips", TensorProto.INT64, [], [1]),
+                     onnx.numpy_helper.from_array(np.zeros(out_shape, np.float32), "init")],
+    )
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)], ir_version=8)
+
+
+@pytest.mark.parametrize(("opset", "target"), [(13, None), (13, 18), (18, 13), (22, None)])
+def test_inside_if_and_loop(opset: int, target: int | None) -> None:
+    out = _decompose(_control_flow_model(opset), target)
+    sess = session(out)
+    x = np.random.default_rng(0).standard_normal((2, 3, 4, 5)).astype(np.float32)
+    for c in (True, False):
+        assert np.array_equal(sess.run(None, {"x": x, "c": np.array(c)})[0], global_max_pool_oracle(x))
+
+
+@pytest.mark.parametrize(("opset", "typed", "target"), [(13, True, None), (18, False, None), (13, True, 18),
+                                                        (22, False, 17)])
+def test_inside_model_local_function(opset: int, typed: bool, target: int | None) -> None:
+    body = [helper.make_node("GlobalMaxPool", ["a"], ["b"], name="gmp_fn")]
+    fn = helper.make_function("pkg", "GMP", ["a"], ["b"], body, [helper.make_opsetid("", opset)])
+    if typed:
+        fn.value_info.extend([helper.make_tensor_value_info("a", F32, [2, 3, 4, 5])])
+    graph = helper.make_graph([helper.make_node("GMP", ["x"], ["y"], domain="pkg")], "g",
+                              [helper.make_tensor_value_info("x", F32, [2, 3, 4, 5])],
+                              [helper.make_tensor_value_info("y", F32, None)])
+    model = helper.make_model(graph, functions=[fn], ir_version=10,
+                              opset_imports=[helper.make_opsetid("", opset), helper.make_opsetid("pkg", 1)])
+    if not typed and (target or opset) < 18:
+        with pytest.raises(lowerer.ConversionError, match="rank of input 'a' is unknown"):
+            _decompose(model, target)
+        return
+    out = _decompose(model, target)
+    x = np.random.default_rng(1).standard_normal((2, 3, 4, 5)).astype(np.float32)
+    assert np.array_equal(session(out).run(None, {"x": x})[0], global_max_pool_oracle(x))
+
+
+def test_decompose_all_with_hardmax_and_down_conversion() -> None:
+    vi = helper.make_tensor_value_info
+    graph = helper.make_graph(
+        [helper.make_node("GlobalMaxPool", ["x"], ["p"]), helper.make_node("Hardmax", ["x"], ["h"], axis=1)],
+        "g", [vi("x", F32, [2, 3, 4, 5])], [vi("p", F32, [2, 3, 1, 1]), vi("h", F32, [2, 3, 4, 5])],
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18)], ir_version=8)
+    x = tie_heavy((2, 3, 4, 5), np.float32, seed=2)
+    for target in (None, 11, 7):
+        out = _decompose(model, target, names="all")
+        assert "Hardmax" not in op_types_everywhere(out)
+        p, h = session(out).run(None, {"x": x})
+        assert np.array_equal(p, global_max_pool_oracle(x))
+        assert np.array_equal(h, hardmax_oracle(x, 1, 13))
