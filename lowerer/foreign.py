@@ -284,7 +284,9 @@ class ForeignConverter:
             return {}
         table = self._initializers.get(id(scope.graph))
         if table is None:
-            table = {t.name: t for t in scope.graph.initializer}
+            # Tensors in external data have no value here (lowerer never reads weights): onnx's
+            # converter would read them as empty (an Unsqueeze with axes=[]), so they count as values.
+            table = {t.name: t for t in scope.graph.initializer if t.data_location != onnx.TensorProto.EXTERNAL}
             self._initializers[id(scope.graph)] = table
         return table
 

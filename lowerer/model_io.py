@@ -180,16 +180,25 @@ def save_model(
         raise InputError(f"{out}: is a directory; give an output file path")
     if not os.access(out_dir, os.W_OK):
         raise InputError(f"{out}: the output directory {out_dir} is not writable")
+    # The serialization, made once: it is written, and (no "location" in it) spares a walk over every tensor.
+    payload = model.SerializeToString() if external_data is None else None
+    locations = external_data_locations(model, payload)
+    # The model file must not land on a data file it references (or is about to reference).
+    out_resolved = out.resolve()
+    for location in [*locations, *([external_data] if external_data else [])]:
+        if _resolve_inside(location, out_dir.resolve()) == out_resolved:
+            raise InputError(f"{out}: is the model's external data file {location!r}; writing the model there "
+                             "would destroy the weights. Choose another output name")
     if external_data is not None:
         model = write_single_data_file(model, out_dir, external_data, source_dir)
         _atomic_write(out, model.SerializeToString())
         return
     data_pairs: list[tuple[Path, Path]] = []
-    payload = model.SerializeToString()
+    assert payload is not None
     if source_dir is not None:
         src_dir = Path(source_dir).resolve()
         if src_dir != out_dir.resolve():
-            for location in external_data_locations(model, payload):
+            for location in locations:
                 src = _resolve_inside(location, src_dir)
                 if src is None or not src.is_file():
                     raise InputError(f"external data file {location!r} is missing next to the input model")
@@ -304,7 +313,7 @@ def _copy_range(src_fd: int, dst_fd: int, src_offset: int, dst_offset: int, leng
     if copy_range is not None:
         try:
             while done < length:
-                n = copy_range(src_fd, dst_fd, min(length - done, 1 << 30), src_offset + done, dst_offset + done)
+                n = copy_range(src_fd, dst_fd, min(length - done, 128 << 20), src_offset + done, dst_offset + done)
                 if n == 0:
                     break
                 done += n
@@ -349,24 +358,16 @@ def _place_data_file(src: Path, dst: Path) -> None:
 
 
 def _copy_file(src: Path, dst: Path) -> None:
-    """Copy without passing the bytes through Python: ``copy_file_range`` (Linux), else ``shutil``."""
-    import shutil
-
-    copy_range = getattr(os, "copy_file_range", None)
-    if copy_range is not None:
+    """Copy without passing the bytes through Python (``copy_file_range`` where there is one)."""
+    src_fd = os.open(src, os.O_RDONLY)
+    try:
+        dst_fd = os.open(dst, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o666)
         try:
-            with open(src, "rb") as fin, open(dst, "wb") as fout:
-                remaining = os.fstat(fin.fileno()).st_size
-                while remaining > 0:
-                    done = copy_range(fin.fileno(), fout.fileno(), min(remaining, 1 << 30))
-                    if done == 0:
-                        break
-                    remaining -= done
-                if remaining == 0:
-                    return
-        except OSError:
-            pass  # not supported between these file systems: fall back to a plain copy
-    shutil.copyfile(src, dst)
+            _copy_range(src_fd, dst_fd, 0, 0, os.fstat(src_fd).st_size)
+        finally:
+            os.close(dst_fd)
+    finally:
+        os.close(src_fd)
 
 
 def _atomic_write(out: Path, payload: bytes) -> None:

@@ -52,11 +52,15 @@ def _invoke(args: list[str]) -> tuple[int, str, str]:
 # -- happy paths ---------------------------------------------------------------------------------
 def test_help_and_version_in_a_real_process() -> None:
     cases = ((["--help"], "Usage"), (["convert", "--help"], "--target-opset"), (["--version"], __version__))
-    for args, needle in cases:
-        proc = subprocess.run([sys.executable, "-m", "lowerer", *args], capture_output=True, text=True, timeout=60)
-        assert proc.returncode == 0, proc.stderr
-        assert needle in proc.stdout
-        assert "Traceback" not in proc.stderr
+    # ``python -m lowerer``, and the console script where the install put one beside python.
+    script = Path(sys.executable).parent / "lowerer"
+    launchers = [[sys.executable, "-m", "lowerer"], *([[str(script)]] if script.exists() else [])]
+    for launcher in launchers:
+        for args, needle in cases:
+            proc = subprocess.run([*launcher, *args], capture_output=True, text=True, timeout=60)
+            assert proc.returncode == 0, proc.stderr
+            assert needle in proc.stdout
+            assert "Traceback" not in proc.stderr
 
 
 def test_convert_happy_path(tmp_path: Path) -> None:

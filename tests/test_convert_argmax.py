@@ -109,8 +109,10 @@ def run_matrix_case(src: int, target: int, dtype_name: str, dynamic: bool, seed:
         return {"refused": len(refused), "checked": 0}
     model = _build(kept, src, elem_of(dtype), dynamic)
     check_model_full(model)
+    before = model.SerializeToString()  # the original must stay untouched: it is run below
     result = lowerer.convert(model, target_opset=target, verify=False)
     converted = result.model
+    assert model.SerializeToString() == before
     check_model_full(converted)
     assert {o.domain: o.version for o in converted.opset_import}[""] == target
     feeds = feeds_for({s[1] for s in kept}, dtype, seed)

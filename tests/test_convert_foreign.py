@@ -131,3 +131,57 @@ def test_int8_add_14_down_is_refused_not_relabelled() -> None:
     model = make_model([node], [value_info("a", i8, [2]), value_info("b", i8, [2])], [value_info("c", i8, [2])], 14)
     with pytest.raises(lowerer.ConversionError, match=r"Add-14.*opset 13"):
         lowerer.convert(model, target_opset=13, verify=False)
+
+
+def test_type_only_table_matches_the_schemas() -> None:
+    # Every step listed as type-only is a real since-version whose schema has the same inputs and
+    # outputs as the version before it, and the same attributes but for those the table names.
+    from lowerer.relabel import TYPE_ONLY
+
+    checked = 0
+    for op, steps in TYPE_ONLY.items():
+        versions = sorted({onnx.defs.get_schema(op, v).since_version
+                           for v in range(1, onnx.defs.onnx_opset_version() + 1) if since(op, v) is not None})
+        for v, new_attrs in steps.items():
+            if v not in versions:
+                assert v in (19, 21, 23, 24, 25), (op, v)  # the shared tail of type-only bumps
+                continue
+            prev = onnx.defs.get_schema(op, v - 1)
+            cur = onnx.defs.get_schema(op, v)
+            assert [i.name for i in prev.inputs] == [i.name for i in cur.inputs], (op, v)
+            assert [o.name for o in prev.outputs] == [o.name for o in cur.outputs], (op, v)
+            assert set(cur.attributes) - set(prev.attributes) == set(new_attrs), (op, v)
+            assert set(prev.attributes) <= set(cur.attributes), (op, v)
+            allowed_prev = {c.type_param_str: set(c.allowed_type_strs) for c in prev.type_constraints}
+            allowed_cur = {c.type_param_str: set(c.allowed_type_strs) for c in cur.type_constraints}
+            for p_in, c_in in zip(prev.inputs, cur.inputs, strict=True):  # types only widened
+                assert allowed_prev.get(p_in.type_str, {p_in.type_str}) <= allowed_cur.get(
+                    c_in.type_str, {c_in.type_str}), (op, v, p_in.name)
+            checked += 1
+    assert checked >= 30
+
+
+def test_rank_from_shape_inference() -> None:
+    # Hardmax-13 axis 0 reads a Relu output with no value_info: the rank comes from inference.
+    nodes = [helper.make_node("Relu", ["x"], ["r"]), helper.make_node("Hardmax", ["r"], ["y"], axis=0)]
+    model = make_model(nodes, [value_info("x", F, [2, 3, 4])], [value_info("y", F, [2, 3, 4])], 13)
+    converted = lowerer.convert(model, target_opset=11, verify=False).model
+    check_model_full(converted)
+    x = np.random.default_rng(2).integers(-2, 3, size=(2, 3, 4)).astype(np.float32)
+    assert np.array_equal(ort_run(converted, [{"x": x}])[0][0], oracle.hardmax(np.maximum(x, 0), 0, 13))
+
+
+def test_select_last_in_a_function_below_9_is_refused() -> None:
+    # Functions have no initializers; the index table needs an int64 Constant, which needs opset 9.
+    fn = helper.make_function("custom.fn", "A", ["p"], ["o"],
+                              [helper.make_node("ArgMax", ["p"], ["o"], axis=1, select_last_index=1)],
+                              [helper.make_opsetid("", 12)])
+    fn.value_info.extend([value_info("p", F, [2, 3])])
+    model = make_model([helper.make_node("A", ["x"], ["y"], domain="custom.fn")], [value_info("x", F, [2, 3])],
+                       [value_info("y", I64, [2, 1])], 12, functions=[fn], extra_opsets=[("custom.fn", 1)])
+    with pytest.raises(lowerer.ConversionError, match=r"function:custom\.fn\.A.*Constant-9"):
+        lowerer.convert(model, target_opset=8, verify=False)
+    converted = lowerer.convert(model, target_opset=9, verify=False).model
+    check_model_full(converted)
+    x = np.array([[1, 3, 3], [2, 2, 0]], np.float32)
+    assert np.array_equal(ort_run(converted, [{"x": x}])[0][0], oracle.argextremum("ArgMax", x, 1, 1, 1, 12))

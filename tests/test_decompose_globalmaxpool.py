@@ -97,6 +97,18 @@ def test_double_runs_after_decomposition() -> None:
     _check(_decompose(model), _inputs((2, 3, 4, 4), np.float64), F64)
 
 
+def test_all_minus_inf_plane_is_minus_inf() -> None:
+    """The max of a plane of -inf is -inf (numpy, the ONNX reference, ReduceMax).
+
+    onnxruntime's CPU GlobalMaxPool gives -FLT_MAX there instead (its pooling starts from
+    -FLT_MAX), so the decomposition deliberately differs from it on such planes.
+    """
+    model = single_op_model("GlobalMaxPool", F32, [2, 3, 1, 1], 13, out_shape=None)
+    x = np.full((2, 3, 1, 1), -np.inf, dtype=np.float32)
+    got = session(_decompose(model)).run(None, {"x": x})[0]
+    assert np.array_equal(got, x)
+
+
 @pytest.mark.parametrize(("source", "dims", "elem", "target", "message"), [
     (13, [2, 3], F32, None, r"input 'x' has rank 2; GlobalMaxPool needs \(N, C, D1, ...\), rank >= 3"),
     (13, None, F32, 17, r"rank of input 'x' is unknown, and ReduceMax below opset 18 takes its axes"),
@@ -145,13 +157,19 @@ def test_inside_if_and_loop(opset: int, target: int | None) -> None:
 @pytest.mark.parametrize(("opset", "typed", "target"), [(13, True, None), (18, False, None), (13, True, 18),
                                                         (22, False, 17)])
 def test_inside_model_local_function(opset: int, typed: bool, target: int | None) -> None:
+    """Untyped, the function is called on a rank-4 and a rank-3 input: its rank is unknown."""
+    vi = helper.make_tensor_value_info
     body = [helper.make_node("GlobalMaxPool", ["a"], ["b"], name="gmp_fn")]
     fn = helper.make_function("pkg", "GMP", ["a"], ["b"], body, [helper.make_opsetid("", opset)])
+    nodes = [helper.make_node("GMP", ["x"], ["y"], domain="pkg")]
+    inputs, outputs = [vi("x", F32, [2, 3, 4, 5])], [vi("y", F32, [2, 3, 1, 1])]
     if typed:
-        fn.value_info.extend([helper.make_tensor_value_info("a", F32, [2, 3, 4, 5])])
-    graph = helper.make_graph([helper.make_node("GMP", ["x"], ["y"], domain="pkg")], "g",
-                              [helper.make_tensor_value_info("x", F32, [2, 3, 4, 5])],
-                              [helper.make_tensor_value_info("y", F32, None)])
+        fn.value_info.extend([vi("a", F32, [2, 3, 4, 5])])
+    else:
+        nodes.append(helper.make_node("GMP", ["x3"], ["y3"], domain="pkg"))
+        inputs.append(vi("x3", F32, [2, 3, 4]))
+        outputs.append(vi("y3", F32, [2, 3, 1]))
+    graph = helper.make_graph(nodes, "g", inputs, outputs)
     model = helper.make_model(graph, functions=[fn], ir_version=10,
                               opset_imports=[helper.make_opsetid("", opset), helper.make_opsetid("pkg", 1)])
     if not typed and (target or opset) < 18:
@@ -159,8 +177,12 @@ def test_inside_model_local_function(opset: int, typed: bool, target: int | None
             _decompose(model, target)
         return
     out = _decompose(model, target)
-    x = np.random.default_rng(1).standard_normal((2, 3, 4, 5)).astype(np.float32)
-    assert np.array_equal(session(out).run(None, {"x": x})[0], global_max_pool_oracle(x))
+    rng = np.random.default_rng(1)
+    feeds = {"x": rng.standard_normal((2, 3, 4, 5)).astype(np.float32)}
+    if not typed:
+        feeds["x3"] = rng.standard_normal((2, 3, 4)).astype(np.float32)
+    for got, x in zip(session(out).run(None, feeds), feeds.values(), strict=True):
+        assert np.array_equal(got, global_max_pool_oracle(x))
 
 
 def test_decompose_all_with_hardmax_and_down_conversion() -> None:

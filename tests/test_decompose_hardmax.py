@@ -303,13 +303,23 @@ def test_inside_if_loop_scan(opset: int, axis: int, target: int | None) -> None:
 
 
 def _function_model(opset: int, axis: int, typed: bool) -> onnx.ModelProto:
+    """``y = HM(x)`` with HM a local function holding Hardmax.
+
+    Untyped, HM is also called on a double ``x64``: its input type is then unknown even to
+    inference from the call sites.
+    """
+    vi = helper.make_tensor_value_info
     body = [helper.make_node("Hardmax", ["a"], ["b"], name="hm_fn", axis=axis)]
     fn = helper.make_function("pkg", "HM", ["a"], ["b"], body, [helper.make_opsetid("", opset)])
+    nodes = [helper.make_node("HM", ["x"], ["y"], domain="pkg")]
+    inputs, outputs = [vi("x", F32, [2, 3, 4])], [vi("y", F32, [2, 3, 4])]
     if typed:
-        fn.value_info.extend([helper.make_tensor_value_info("a", F32, [2, 3, 4])])
-    graph = helper.make_graph([helper.make_node("HM", ["x"], ["y"], domain="pkg")], "g",
-                              [helper.make_tensor_value_info("x", F32, [2, 3, 4])],
-                              [helper.make_tensor_value_info("y", F32, [2, 3, 4])])
+        fn.value_info.extend([vi("a", F32, [2, 3, 4])])
+    else:
+        nodes.append(helper.make_node("HM", ["x64"], ["y64"], domain="pkg"))
+        inputs.append(vi("x64", F64, [2, 3, 4]))
+        outputs.append(vi("y64", F64, [2, 3, 4]))
+    graph = helper.make_graph(nodes, "g", inputs, outputs)
     return helper.make_model(graph, functions=[fn], ir_version=10,
                              opset_imports=[helper.make_opsetid("", opset), helper.make_opsetid("pkg", 1)])
 
@@ -320,9 +330,14 @@ def _function_model(opset: int, axis: int, typed: bool) -> onnx.ModelProto:
 def test_inside_model_local_function(opset: int, axis: int, typed: bool, target: int | None) -> None:
     version = 13 if opset >= 13 else 11
     out = _decompose(_function_model(opset, axis, typed), target)
-    assert any(n.op_type == "Constant" for n in out.functions[0].node) or not typed
+    ops = [n.op_type for n in out.functions[0].node]
+    assert ("Constant" in ops) if typed else ("CastLike" in ops)
     x = tie_heavy((2, 3, 4), np.float32, seed=4)
-    assert np.array_equal(session(out).run(None, {"x": x})[0], hardmax_oracle(x, axis, version))
+    feeds = {"x": x} if typed else {"x": x, "x64": x.astype(np.float64)}
+    results = session(out).run(None, feeds)
+    for got, x_in in zip(results, feeds.values(), strict=True):
+        want = hardmax_oracle(x_in, axis, version)
+        assert got.dtype == want.dtype and np.array_equal(got, want)
 
 
 def test_function_without_types_below_castlike_is_refused() -> None:
@@ -348,3 +363,34 @@ def test_cli_convert_and_inspect(tmp_path) -> None:
     assert plan["refused"] is None
     assert len(plan["rewrites"]) == 4  # every Hardmax: If branch, Loop body, If in the Loop, Scan body
     assert {r["rule"] for r in plan["rewrites"]} == {"hardmax-decomposition"}
+
+
+def test_two_level_search_inside_function_and_loop() -> None:
+    """The block search in a function (constants become Constant nodes) and in a Loop body."""
+    vi = helper.make_tensor_value_info
+    shape = [3, 512]
+    fn = helper.make_function("pkg", "HM", ["a"], ["b"], [helper.make_node("Hardmax", ["a"], ["b"], axis=-1)],
+                              [helper.make_opsetid("", 13)])
+    fn.value_info.extend([vi("a", F32, shape)])
+    loop_body = helper.make_graph(
+        [helper.make_node("Hardmax", ["acc_in"], ["acc_out"], axis=-1),
+         helper.make_node("Identity", ["cond_in"], ["cond_out"])],
+        "loop_body", [vi("iter", TensorProto.INT64, []), vi("cond_in", TensorProto.BOOL, []), vi("acc_in", F32, shape)],
+        [vi("cond_out", TensorProto.BOOL, []), vi("acc_out", F32, shape)],
+    )
+    graph = helper.make_graph(
+        [helper.make_node("HM", ["x"], ["y"], domain="pkg"),
+         helper.make_node("Loop", ["trips", "", "x"], ["z"], body=loop_body)],
+        "g", [vi("x", F32, shape)], [vi("y", F32, shape), vi("z", F32, shape)],
+        initializer=[helper.make_tensor("trips", TensorProto.INT64, [], [1])],
+    )
+    model = helper.make_model(graph, functions=[fn], ir_version=10,
+                              opset_imports=[helper.make_opsetid("", 13), helper.make_opsetid("pkg", 1)])
+    out = _decompose(model)
+    assert "GatherND" in [n.op_type for n in out.functions[0].node]
+    assert "GatherND" in [n.op_type for n in out.graph.node[1].attribute[0].g.node]
+    sess = session(out)
+    for x in _long_axis_inputs((3, 512), 512, np.float32):
+        y, z = sess.run(None, {"x": x})
+        assert np.array_equal(y, hardmax_oracle(x, -1, 13))
+        assert np.array_equal(z, hardmax_oracle(x, -1, 13))

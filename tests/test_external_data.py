@@ -323,3 +323,54 @@ def test_external_data_option_never_overwrites_a_different_file(src: Path, tmp_p
     _assert_one_line_error(proc, "already exists")
     assert (out_dir / "w.bin").read_bytes() == b"precious"
     assert sorted(p.name for p in out_dir.iterdir()) == ["w.bin"]
+
+
+def test_external_constant_input_is_not_read_as_empty(tmp_path: Path) -> None:
+    """Regression: onnx's converter read an external ``axes`` initializer as empty.
+
+    ReduceSum-13 takes its axes as an input; converting to 11 moves them into an attribute. With
+    the axes in external data (which lowerer never reads) the converter used to write ``axes=[]``:
+    a ReduceSum over *every* axis. Now the node is refused with a clear line instead.
+    """
+    d = tmp_path / "m"
+    d.mkdir()
+    axes = numpy_helper.from_array(np.array([1], dtype=np.int64), "axes")
+    graph = helper.make_graph(
+        [helper.make_node("ReduceSum", ["x", "axes"], ["s"], name="rsum", keepdims=1),
+         helper.make_node("Softmax", ["s"], ["y"], name="sm", axis=0)], "g",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 3, 4])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, 1, 4])], [axes],
+        value_info=[helper.make_tensor_value_info("s", TensorProto.FLOAT, [2, 1, 4])])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)], ir_version=8)
+    path = d / "model.onnx"
+    onnx.save_model(onnx.ModelProto.FromString(model.SerializeToString()), str(path), save_as_external_data=True,
+                    location="d.bin", size_threshold=0)
+    out = tmp_path / "out.onnx"
+    proc = _cli("convert", path, "-o", out, "--target-opset", "11")
+    _assert_one_line_error(proc, "'rsum'", "ReduceSum-13", "cannot be converted to opset 11")
+    assert not out.exists()
+    # with the axes inline, the same conversion works and computes the same
+    onnx.save_model(model, str(d / "inline.onnx"))
+    proc = _cli("convert", d / "inline.onnx", "-o", out, "--target-opset", "11")
+    assert proc.returncode == 0, proc.stderr
+    x = np.random.default_rng(0).standard_normal((2, 3, 4)).astype(np.float32)
+    so = ort.SessionOptions()
+    so.log_severity_level = 3
+    want = ort.InferenceSession(str(d / "inline.onnx"), so, providers=["CPUExecutionProvider"]).run(None, {"x": x})
+    got = ort.InferenceSession(str(out), so, providers=["CPUExecutionProvider"]).run(None, {"x": x})
+    np.testing.assert_array_equal(got[0], want[0])
+
+
+def test_output_onto_the_data_file_is_refused(src: Path, tmp_path: Path) -> None:
+    """Regression: ``-o weights.bin`` beside the input replaced the weights with the model."""
+    before = (src.parent / DATA).read_bytes()
+    proc = _cli("convert", src, "-o", src.parent / DATA, "--target-opset", "13")
+    _assert_one_line_error(proc, "would destroy the weights")
+    assert (src.parent / DATA).read_bytes() == before
+    out_dir = tmp_path / "out"
+    out_dir.mkdir()
+    proc = _cli("convert", src, "-o", out_dir / DATA, "--target-opset", "13")
+    _assert_one_line_error(proc, "would destroy the weights")
+    proc = _cli("convert", src, "-o", out_dir / "c.onnx", "--target-opset", "13", "--external-data", "c.onnx")
+    _assert_one_line_error(proc, "would destroy the weights")
+    assert list(out_dir.iterdir()) == []

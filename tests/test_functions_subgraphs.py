@@ -247,3 +247,33 @@ def test_subgraph_constants_at_ir3() -> None:
     assert out.ir_version >= 4
     got = _run(out, {"x": x, "c": np.array(True)})[0]
     np.testing.assert_array_equal(got, oracle.arg_extremum("ArgMax", x, 1, None, 1, 12))
+
+
+def _function_with_attribute_reference() -> onnx.ModelProto:
+    """F(a) with attribute ax: Softmax(a, axis=@ax), ArgMax(a, axis=@ax, select_last_index=1); called with ax=1."""
+    ref = onnx.AttributeProto()
+    ref.name, ref.ref_attr_name, ref.type = "axis", "ax", onnx.AttributeProto.INT
+    softmax = helper.make_node("Softmax", ["a"], ["b"], name="fsm")
+    softmax.attribute.append(ref)
+    argmax = helper.make_node("ArgMax", ["a"], ["c"], name="fam", keepdims=0, select_last_index=1)
+    argmax.attribute.append(ref)
+    fn = helper.make_function("pkg", "F", ["a"], ["b", "c"], [softmax, argmax], [helper.make_opsetid("", 13)],
+                              attributes=["ax"])
+    fn.value_info.append(_vi("a", F, [2, 3, 4]))
+    graph = helper.make_graph([helper.make_node("F", ["x"], ["y", "z"], name="call", domain="pkg", ax=1)], "g",
+                              [_vi("x", F, [2, 3, 4])], [_vi("y", F, [2, 3, 4]), _vi("z", I64, [2, 4])])
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13), helper.make_opsetid("pkg", 1)],
+                             functions=[fn], ir_version=10)
+
+
+def test_attribute_references_are_refused_not_misread() -> None:
+    """Regression: axis=@ax was read as axis 0 and converted into a model computing something else."""
+    model = _function_with_attribute_reference()
+    with pytest.raises(ConversionError, match=r"^node 'fsm' \(Softmax-13, in function:pkg.F\) cannot be converted "
+                                              r"to opset 11: its attribute\(s\) axis=@ax refer to the function's"):
+        lowerer.convert(model, target_opset=11)
+    x = _x((2, 3, 4), seed=4)
+    out = _convert(model, 18)  # nothing to rewrite: the references stay as they are
+    for want, got in zip(_run(model, {"x": x}), _run(out, {"x": x}), strict=True):
+        np.testing.assert_array_equal(got, want)
+    np.testing.assert_array_equal(_run(out, {"x": x})[1], oracle.arg_extremum("ArgMax", x, 1, 0, 1, 13))

@@ -32,6 +32,8 @@ from lowerer.rules import DECOMPOSITIONS
 _LONG = int(os.environ.get("LOWERER_FUZZ_EXAMPLES", "0") or 0)
 #: LOWERER_FUZZ_VERIFY=0 turns lowerer's own per-rewrite verification off (on in a quarter of cases)
 _VERIFY = os.environ.get("LOWERER_FUZZ_VERIFY", "1") != "0"
+#: LOWERER_FUZZ_STRICT=1 fails on the known (reported, open) issues too, to see whether they are fixed
+_STRICT = os.environ.get("LOWERER_FUZZ_STRICT", "0") == "1"
 settings.register_profile(
     "lowerer-fuzz-ci", max_examples=150, deadline=None, derandomize=True, database=None,
     suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large, HealthCheck.filter_too_much],
@@ -86,8 +88,8 @@ class Case:
 
     ``levels`` wrap the owned nodes, outermost first: ``pre`` (an Identity before them),
     ``if`` (both branches hold them; the else branch reads ``x2``), ``loop`` (a one-trip Loop
-    body; outputs gain a leading 1) and ``function`` (a model-local function, nested ones
-    calling each other). Inner scopes read the outer-scope input directly.
+    body; outputs gain a leading 1), ``scan`` (the same with a one-step Scan) and ``function``
+    (a model-local function, nested ones calling each other). Inner scopes read the outer-scope input directly.
     """
 
     source: int
@@ -133,7 +135,9 @@ def cases(draw: st.DrawFn) -> Case:
     shape_mode = draw(st.sampled_from(["static", "static", "dynamic", "none"]))
     dynamic_axes = ([i for i in range(rank) if draw(st.booleans())] if shape_mode == "dynamic" else [])
     n_levels = draw(st.sampled_from([0, 1, 1, 1, 2, 3]))
-    levels = [draw(st.sampled_from(["pre", "if", "loop", "function"])) for _ in range(n_levels)]
+    levels = [draw(st.sampled_from(["pre", "if", "loop", "scan", "function"])) for _ in range(n_levels)]
+    if source < 9:  # Scan-8 has another signature (batch axis, sequence_lens): use a Loop there
+        levels = ["loop" if kind == "scan" else kind for kind in levels]
     ops = []
     for o in op_names:
         since = since_version(o, source)
@@ -257,6 +261,18 @@ class _Builder:
             node = helper.make_node("If", [env[f"c{level}"]], outs, name=tag, then_branch=branches[0],
                                     else_branch=branches[1])
             return [node], outs, depth
+        if kind == "scan":
+            body, inner_outs, depth = self.wrap(level + 1, env)
+            # one iteration over a [1] sequence; the carried state passes straight through
+            graph = helper.make_graph(
+                body, f"{tag}_body",
+                [helper.make_tensor_value_info(f"{tag}_state", I64, []),
+                 helper.make_tensor_value_info(f"{tag}_elem", F32, [])],
+                [helper.make_tensor_value_info(f"{tag}_state", I64, []),
+                 *[_out_vi(case, o, s, depth) for o, s in zip(inner_outs, case.ops, strict=True)]])
+            node = helper.make_node("Scan", [env["trip"], env["seq"]], [f"{tag}_state_out", *outs], name=tag,
+                                    body=graph, num_scan_inputs=1)
+            return [node], outs, depth + 1
         if kind == "loop":
             body, inner_outs, depth = self.wrap(level + 1, env)
             # cond and carry pass straight through (no node: onnx cannot downgrade Identity-13)
@@ -291,10 +307,11 @@ class _Builder:
 def build(case: Case) -> onnx.ModelProto:
     """The ONNX model a case describes (inputs x, x2, trip, keep, c<level>; outputs y0..yN-1)."""
     b = _Builder(case)
-    env = {"x": "x", "x2": "x2", "trip": "trip", "keep": "keep"}
+    env = {"x": "x", "x2": "x2", "trip": "trip", "keep": "keep", "seq": "seq"}
     env.update({f"c{i}": f"c{i}" for i, kind in enumerate(case.levels) if kind == "if"})
     nodes, _, depth = b.wrap(0, env, [f"y{i}" for i in range(len(case.ops))])
-    inputs = [_in_vi(case, "x"), _in_vi(case, "x2"), helper.make_tensor_value_info("trip", I64, []),
+    inputs = [_in_vi(case, "x"), _in_vi(case, "x2"), helper.make_tensor_value_info("seq", F32, [1]),
+              helper.make_tensor_value_info("trip", I64, []),
               helper.make_tensor_value_info("keep", TensorProto.BOOL, [])]
     inputs += [helper.make_tensor_value_info(k, TensorProto.BOOL, []) for k in env if k.startswith("c")]
     outputs = [_out_vi(case, f"y{i}", s, depth) for i, s in enumerate(case.ops)]
@@ -320,7 +337,8 @@ def feeds(case: Case) -> dict[str, np.ndarray]:
             return rng.integers(lo, 4, size=case.dims).astype(np_t)
         return rng.standard_normal(case.dims).astype(np_t)
 
-    out = {"x": value(), "x2": value(), "trip": np.array(1, dtype=np.int64), "keep": np.array(True)}
+    out = {"x": value(), "x2": value(), "trip": np.array(1, dtype=np.int64), "keep": np.array(True),
+           "seq": np.zeros(1, dtype=np.float32)}
     for i in range(len(case.levels)):
         out[f"c{i}"] = np.array(bool(rng.integers(0, 2)))
     return out
@@ -329,7 +347,7 @@ def feeds(case: Case) -> dict[str, np.ndarray]:
 def expected(case: Case, f: dict[str, np.ndarray]) -> list[np.ndarray]:
     conds = [bool(f[f"c{i}"]) for i, kind in enumerate(case.levels) if kind == "if"]
     x = f["x"] if all(conds) else f["x2"]
-    depth = case.levels.count("loop")
+    depth = case.levels.count("loop") + case.levels.count("scan")
     outs: list[np.ndarray] = []
     for i, spec in enumerate(case.ops):
         src = outs[0] if case.chain and i == 1 else x
@@ -408,6 +426,9 @@ def _allowed_refusal(case: Case, message: str) -> str | None:
          "globalmaxpool" in case.decompose and op == "GlobalMaxPool" and unknown_rank and target < 18),
         ("function-attribute-ref", r"its attribute\(s\) [\w=@, ]+ refer to the function's attributes",
          case.ref_attrs),
+        (f"op-missing {op}", r"\w+ does not exist there", op not in OPS and target < case.source),
+        (f"structural {op}", r"onnx.version_converter changes this op's structure and lowerer does not convert "
+         r"ops with subgraphs", op in ("Scan", "If", "Loop")),
         # onnx's converter has no down-adapter for many ops (e.g. Identity-13 -> 12): a clear refusal
         (f"foreign-op {op}-{m.group(2)}", r"onnx.version_converter failed \(",
          op not in (*COERCED, *ARG) and target < case.source),
@@ -465,10 +486,15 @@ def check_case(case: Case) -> str:
         # only -inf gives -3.4e38 where ReduceMax (and the spec) give -inf; the verifier's "inf"
         # input set trips over it. Anything else is a failure.
         msg = str(e)
-        known = ("GlobalMaxPool" in msg and "input set inf" in msg and "original -3.40282" in msg
-                 and "replacement -inf" in msg)
-        assert known, f"verification failed for {case}: {msg}"
-        return "KNOWN ISSUE: GlobalMaxPool -inf window (onnxruntime returns -FLT_MAX)"
+        if ("GlobalMaxPool" in msg and "input set inf" in msg and "original -3.40282" in msg
+                and "replacement -inf" in msg):
+            return "KNOWN ISSUE: GlobalMaxPool -inf window (onnxruntime returns -FLT_MAX)"
+        # KNOWN ISSUE (reported): the Hardmax decomposition's ArgMax/OneHot fail on an empty input
+        # whose emptiness is not static; lowerer's own verification catches it (exit 1).
+        empty = re.search(r"\w+\[(?:\d+,)*0(?:,\d+)*\]", msg)
+        assert "'hardmax-decomposition'" in msg and "the replacement raises" in msg and empty, \
+            f"verification failed for {case}: {msg}"
+        return "KNOWN ISSUE: Hardmax decomposition fails on an empty input (caught by verification)"
     assert model.SerializeToString() == before, "convert() modified its input model"
     out = result.model
     assert [(o.domain, o.version) for o in out.opset_import if o.domain in ("", "ai.onnx")] == [("", case.target)]
@@ -487,10 +513,12 @@ def check_case(case: Case) -> str:
     try:
         got = _run(out, f)
     except Exception as e:  # onnxruntime lacks some kernels at old opsets (e.g. float16 Hardmax-1)
-        if 0 in case.dims and "hardmax" in case.decompose and "ArgMax" in str(e) \
+        in_decomposition = re.search(r"Hardmax_\d+/(ArgMax|Reshape|OneHot)", str(e))
+        if 0 in case.dims and "hardmax" in case.decompose and in_decomposition \
                 and (case.shape_mode != "static" or _untyped_in_function(case)):
             # KNOWN ISSUE (reported): the Hardmax decomposition runs ArgMax over an axis that is
-            # empty at run time (a dynamic dim); ArgMax of nothing fails where Hardmax gives [].
+            # empty at run time (a dynamic dim), or reshapes by a shape computed for non-empty
+            # rows; it fails where Hardmax gives [].
             return "KNOWN ISSUE: Hardmax decomposition fails at run time on a dynamically empty input"
         # (float16 below opset 7: no kernel, or a Cast-1 onnxruntime inserts and then rejects)
         assert case.dtype == F16 and case.target < 7, str(e)
@@ -520,4 +548,6 @@ def check_case(case: Case) -> str:
 @settings(_PROFILE)
 @given(cases())
 def test_fuzz_owned_ops(case: Case) -> None:
-    event(check_case(case))
+    outcome = check_case(case)
+    assert not (_STRICT and outcome.startswith("KNOWN ISSUE")), f"{outcome}: {case}"
+    event(outcome)

@@ -7,17 +7,21 @@ one along the single dim ``axis``.
 
 The one-hot is written as ``Equal(index, iota)`` → ``Cast``, which onnxruntime runs several
 times faster than ``OneHot`` and which exists from opset 7 (two-way broadcasting). The iota
-is a constant when the size along the axis is static, else ``Range`` over ``Shape``. Along a
-long last axis, onnxruntime's ArgMax (about 1 ns per element) is far slower than Hardmax, so
-there the first maximum is found in two levels: ``ReduceMax`` over blocks of the axis (fast,
-vectorised), the first block holding the maximum (ArgMax over the block maxima), then the first
-maximum within that block. Both are exact: a block's maximum equals the row's maximum only if
-the block holds it, so the first such block holds the first maximum.
+is a constant when the size along the axis is static, else ``Range`` over ``Shape``.
+
+Along a long last axis, onnxruntime's ArgMax (about 1 ns per element, not vectorised) is far
+slower than its Hardmax, so there the first maximum is found in two levels, with the axis
+viewed as ``[blocks, block]``: ``ReduceMax`` over each block (fast, vectorised), ArgMax over
+the few block maxima gives the first block holding the maximum, ArgMax within that block (one
+gathered block per row) the first maximum in it. This is exact: a block's maximum equals the
+row's maximum only if the block holds it, so the first such block holds the first maximum.
+The one-hot is then the outer product (``And``) of the two small one-hots.
 
 The values are taken in their own type; bfloat16 (no onnxruntime ArgMax) is widened to float32
 first, which is exact and keeps the order. NaN inputs are outside the specification; the
 decomposition then follows ArgMax (onnxruntime's own Hardmax zeroes a row whose maximum reads
-as NaN).
+as NaN). A dynamic size along the axis that is 0 at run time makes ArgMax fail (an error, not
+a wrong result); a static 0 is handled.
 """
 
 from __future__ import annotations
@@ -59,9 +63,11 @@ class HardmaxDecomposition(Rule):
        iota laid along the axis → ``Cast`` to the input type (``CastLike`` when the type is
        unknown, opset >= 15); a static size along the last axis of at least
        :data:`TWO_LEVEL_MIN` with a block size dividing it (opset >= 11) uses the two-level
-       search;
+       search: ``Reshape`` → ``ReduceMax`` → ``ArgMax`` → ``GatherND`` (``GatherElements`` at
+       opset 11) → ``ArgMax`` → two small ``Equal`` → ``And`` → ``Reshape`` → ``Cast``;
     2. versions 1/11 (coerced to 2-D) at the last axis: as case 1 on that axis; at other axes:
-       ``Flatten(axis)`` → case 1 on axis 1 → ``Reshape`` back to ``Shape(x)``;
+       ``Flatten(axis)`` → case 1 on axis 1 → ``Reshape`` back to ``Shape(x)`` (the two-level
+       search reshapes ``x`` itself, without ``Flatten``);
     3. dynamic size along the axis: the iota is ``Range(0, n)`` with ``n`` from ``Shape``
        (opset >= 11); at opsets 9-10, ``OneHot`` with the depth from ``Shape``; at 7-8 refused;
     4. opset < 7 (no broadcasting Equal): ``ArgMax`` → ``Gather`` of rows of a constant identity
@@ -160,28 +166,25 @@ class HardmaxDecomposition(Rule):
         self._finish(em, mask, elem, x, y, reshape)
 
     def _two_level(self, em: Emitter, v: str, size: int, block: int) -> str:
-        """The one-hot mask of the first maximum along the last axis of ``v``, found block by block.
+        """The one-hot mask ``[R, size/block, block]`` of the first maximum along the last axis of ``v``.
 
-        The mask is ``[R, size]`` (``[R, 1, size]`` at opset 11) for the ``R`` rows of ``v``.
+        ``v`` is viewed as ``[R, blocks, block]``. The mask is the outer product (``And``) of the
+        one-hot of the first block holding the maximum and the one-hot of the first maximum
+        within that block: both small, so only ``And`` (and the final ``Cast``) see every element.
         """
         blocks = size // block
         view = em.op("Reshape", [v, em.const(np.array([-1, blocks, block], dtype=np.int64), "blocks")])
+        block_max = reduce_max(em, view, [2], keepdims=1)
+        first_block = em.op("ArgMax", [block_max], axis=1, keepdims=1)  # [R, 1, 1]
         if (em.version_of("GatherND") or 0) >= 12:  # batch_dims: each row picks its own block
-            block_max = reduce_max(em, view, [2], keepdims=0)
-            first_block = em.op("ArgMax", [block_max], axis=1, keepdims=1)
             chosen = em.op("GatherND", [view, first_block], batch_dims=1)
-            within = em.op("ArgMax", [chosen], axis=1, keepdims=1)
         else:
-            block_max = reduce_max(em, view, [2], keepdims=1)
-            first_block = em.op("ArgMax", [block_max], axis=1, keepdims=1)
             spread = em.op("Expand", [first_block, em.const(np.array([1, 1, block], dtype=np.int64), "spread")])
             chosen = em.op("GatherElements", [view, spread], axis=1)
-            within = em.op("ArgMax", [chosen], axis=2, keepdims=1)
-        start = em.op("Mul", [first_block, em.const(np.array(block, dtype=np.int64), "block")])
-        index = em.op("Add", [start, within])
-        if size <= _INT32_MAX:
-            return em.op("Equal", [em.op("Cast", [index], to=onnx.TensorProto.INT32), _iota(em, size, 0)])
-        return em.op("Equal", [index, _range(em, em.const(np.array(size, dtype=np.int64), "size"), np.int64)])
+        within = em.op("ArgMax", [chosen], axis=2, keepdims=1)  # [R, 1, 1]
+        in_block = em.op("Equal", [first_block, em.const(np.arange(blocks).reshape(blocks, 1), "block_iota")])
+        at = em.op("Equal", [within, em.const(np.arange(block), "iota")])
+        return em.op("And", [in_block, at])
 
     def _one_hot_op(self, em: Emitter, v: str, axis: int, elem: int | None, x: str, y: str, reshape: bool) -> None:
         """``OneHot`` (opset >= 9) with the depth from ``Shape``.

@@ -326,6 +326,10 @@ class RewriteVerifier:
                            ", ".join(providers), details)
 
     def _engine(self, model: onnx.ModelProto, opset: int, dtypes: list[np.dtype], side: str) -> Engine | str:  # type: ignore[type-arg]
+        deviating = sorted({n.op_type for n in model.graph.node} & set(_ORT_DEVIATES))
+        if side == "original" and deviating and reference.supports(model.graph.node, opset) is None:
+            # Judge the original by its spec, not by onnxruntime's known departure from it.
+            return ReferenceEngine(model, opset, fallback_reason="; ".join(_ORT_DEVIATES[op] for op in deviating))
         why = ort_can_exchange(dtypes)
         if why is None:
             made = self.sessions.create(model)
@@ -440,6 +444,14 @@ class RewriteVerifier:
             details["skipped"] = skipped
         how = "exactly" if tol is None else f"within {tol.ulps} ulps (max difference {max_diff:.3g})"
         return CheckResult("verified", f"{len(used_sets)} input sets compared {how} on {provider}", provider, details)
+
+
+#: Ops whose onnxruntime CPU kernels depart from the ONNX spec on some inputs; the original side of
+#: a rewrite of these is evaluated with the numpy reference (the spec's meaning).
+_ORT_DEVIATES = {
+    "GlobalMaxPool": "onnxruntime's GlobalMaxPool gives -3.4e38 instead of -inf for an all -inf plane, "
+                     "so the original is evaluated by its spec with the numpy reference",
+}
 
 
 def _validate(model: onnx.ModelProto) -> None:
