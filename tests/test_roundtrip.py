@@ -4,6 +4,7 @@ and down-then-up conversions stay exactly equivalent in onnxruntime."""
 from __future__ import annotations
 
 import dataclasses
+import re
 
 import _fuzz_oracle as oracle
 import numpy as np
@@ -69,7 +70,12 @@ def test_there_and_back_again(case: Case, mid: int) -> None:
     try:
         back = lowerer.convert(there, target_opset=case.source, verify=False).model
     except ConversionError as e:
-        # the way back may need what the way there introduced (e.g. Transpose downgraded across 13)
+        # the way back may need what the way there introduced (e.g. Transpose downgraded across 13);
+        # inside a function the values lowerer introduced carry no type (functions state types only
+        # through value_info), so a rule that needs one there refuses
+        if "function" in case.has and re.search(r"the (rank|element type|shape) of input '[^']+' is unknown", str(e)):
+            event("refused on the way back: untyped intermediate in a function")
+            return
         kind = _allowed_refusal(dataclasses.replace(back_case, source=mid), str(e))
         assert kind is not None, f"unexpected refusal on the way back: {e}"
         event(f"refused on the way back: {kind}")
