@@ -41,9 +41,12 @@ _TEMPLATE_OUT = "lowerer.template.out"
 class ForeignResult:
     """A node converted by onnx's converter into something other than a relabel."""
 
-    def __init__(self, nodes: list[onnx.NodeProto], constants: list[onnx.TensorProto]) -> None:
+    def __init__(self, nodes: list[onnx.NodeProto], constants: list[onnx.TensorProto],
+                 rule: str = "onnx.version_converter") -> None:
         self.nodes = nodes
         self.constants = constants
+        #: What made the conversion, for the report.
+        self.rule = rule
 
 
 class ForeignConverter:
@@ -81,6 +84,15 @@ class ForeignConverter:
         if dst_v is None:
             raise ConversionError(f"node {_label(node)} ({op_type}-{src_v}, in {scope.path}) cannot be "
                                   f"converted to opset {target}: {op_type} does not exist there")
+        if op_type == "Constant" and scope.graph is not None and target < source:
+            value = next((a.t for a in node.attribute if a.name == "value" and a.HasField("t")), None)
+            if value is not None and len(node.output) == 1:
+                # A Constant the target's Constant cannot hold (Constant-1 has float types only):
+                # the same tensor as an initializer of the same name means exactly the same.
+                tensor = onnx.TensorProto()
+                tensor.CopyFrom(value)
+                tensor.name = node.output[0]
+                return ForeignResult([], [tensor], rule="constant-to-initializer")
         inputs = node.input
         # Without precision _input_types gives one None per input: skip its per-input work.
         precise = target < source or source < 7
@@ -280,14 +292,24 @@ class ForeignConverter:
                 f"{target}: onnx.version_converter failed ({reason})") from None
 
     def _scope_initializers(self, scope: Scope) -> dict[str, onnx.TensorProto]:
-        if scope.graph is None:
-            return {}
-        table = self._initializers.get(id(scope.graph))
+        """The constant values of a scope by name: its initializers and its Constant nodes' tensors."""
+        table = self._initializers.get(id(scope.holder))
         if table is None:
             # Tensors in external data have no value here (lowerer never reads weights): onnx's
             # converter would read them as empty (an Unsqueeze with axes=[]), so they count as values.
-            table = {t.name: t for t in scope.graph.initializer if t.data_location != onnx.TensorProto.EXTERNAL}
-            self._initializers[id(scope.graph)] = table
+            table = {}
+            if scope.graph is not None:
+                table = {t.name: t for t in scope.graph.initializer
+                         if t.data_location != onnx.TensorProto.EXTERNAL}
+            for node in scope.holder.node:  # e.g. the axes onnx's converter itself put in a Constant
+                if node.op_type == "Constant" and node.domain in ("", "ai.onnx") and len(node.output) == 1:
+                    value = next((a.t for a in node.attribute if a.name == "value" and a.HasField("t")), None)
+                    if value is not None and value.data_location != onnx.TensorProto.EXTERNAL:
+                        tensor = onnx.TensorProto()
+                        tensor.CopyFrom(value)
+                        tensor.name = node.output[0]
+                        table[node.output[0]] = tensor
+            self._initializers[id(scope.holder)] = table
         return table
 
 

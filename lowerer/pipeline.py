@@ -176,6 +176,18 @@ class _Run:
             result = self.foreign.convert(node, scope, mid, target)
             if result is None:
                 return None
+            self.report.rewrites.append(Rewrite(
+                node=node.name or f"{node.op_type}#{index}",
+                op_type=node.op_type,
+                scope=scope.path,
+                from_version=since_version(node.op_type, source) or 0,
+                to_opset=target,
+                rule=result.rule,
+                emitted=[n.op_type for n in result.nodes] or ["initializer"],
+                from_opset=source,
+                reason=f"a non-owned op, converted by {result.rule}; per-rewrite verification covers the "
+                       "rules for owned ops: use --verify-model to run the whole models",
+            ))
             new_constants.extend(result.constants)
             return result.nodes
         src_v = since_version(node.op_type, source)

@@ -31,7 +31,10 @@ _TAIL = {19: (), 21: (), 23: (), 24: (), 25: ()}
 TYPE_ONLY: dict[str, dict[int, tuple[str, ...]]] = {
     **{op: {13: (), 14: ()} for op in ("Add", "Sub", "Mul", "Div", "Relu")},
     **{op: {13: ()} for op in ("Abs", "Neg", "Floor", "Ceil", "Sqrt", "Exp", "Log", "Reciprocal", "Sigmoid",
-                               "Tanh", "Concat", "Gather", "MatMul", "Gemm", "Slice", "Cast", "Constant")},
+                               "Tanh", "Concat", "Gather", "MatMul", "Gemm", "Slice", "Cast")},
+    # Constant: 9 added types, 11 ``sparse_value``, 12 the ``value_*`` shorthands, later ones types.
+    "Constant": {9: (), 11: ("sparse_value",), 12: ("value_float", "value_floats", "value_int", "value_ints",
+                                                   "value_string", "value_strings"), 13: (), **_TAIL},
     "Identity": {13: (), 14: (), 16: (), **_TAIL},
     "Conv": {22: ()},
     "Transpose": {13: (), **_TAIL},

@@ -146,6 +146,7 @@ class ShapeIndex:
         self._stated: list[_Level] | None = None
         self._has_subgraphs = False
         self._function_types: dict[str, dict[str, ValueType]] = {}
+        self._function_inferred: set[str] = set()
         self._inferred = False
         self._extra: list[_Level] | None = None
         self._cache: dict[str, ValueType | None] = {}
@@ -203,9 +204,83 @@ class ShapeIndex:
                     if vt is not None:
                         table[vi.name] = vt
                 self._function_types[key] = table
-            return table.get(name)
+            vt = table.get(name)
+            if (vt is None or not enough(vt)) and key not in self._function_inferred:
+                # Not stated in the function: infer its body from the types its call sites pass in.
+                self._function_inferred.add(key)
+                for inner, inferred_vt in self._infer_function(scope.function).items():
+                    old = table.get(inner)
+                    if old is None or old[1] is None:
+                        table[inner] = inferred_vt
+                vt = table.get(name)
+            return vt
         vt = self._graph_lookup(name)
         if (vt is None or not enough(vt)) and not self._inferred:
             self._infer()
             vt = self._graph_lookup(name)
         return vt
+
+    def _call_site_types(self, function: onnx.FunctionProto) -> list[ValueType | None] | None:
+        """The input types of ``function`` merged over all its call sites (None if never called)."""
+        merged: list[ValueType | None] | None = None
+        callers: list[tuple[Scope, onnx.NodeProto]] = []
+
+        def walk(scope: Scope) -> None:
+            for node in scope.holder.node:
+                if node.op_type == function.name and node.domain == function.domain \
+                        and node.overload == function.overload:
+                    callers.append((scope, node))
+                for attr in node.attribute:
+                    graphs = [attr.g] if attr.type == onnx.AttributeProto.GRAPH else list(attr.graphs)
+                    for g in graphs:
+                        walk(Scope(scope.path, g, scope.opset, scope.function))
+
+        from lowerer.scopes import iter_scopes
+
+        for scope in iter_scopes(self._model):
+            if scope.function is not function:
+                walk(scope)
+        for scope, node in callers:
+            types = [self.lookup(scope, i, lambda vt: vt[1] is not None) if i else None for i in node.input]
+            merged = types if merged is None else [_merge(a, b) for a, b in zip(merged, types, strict=False)]
+        return merged
+
+    def _infer_function(self, function: onnx.FunctionProto) -> dict[str, ValueType]:
+        """Types of a function's values, inferred from the types its call sites pass in."""
+        inputs = self._call_site_types(function)
+        if not inputs or any(t is None for t in inputs[: len(function.input)]):
+            return {}
+        graph_inputs = []
+        for k, (name, vt) in enumerate(zip(function.input, inputs, strict=False)):
+            assert vt is not None
+            elem, dims = vt
+            shape = None if dims is None else [d if d is not None else f"__in{k}_d{i}" for i, d in enumerate(dims)]
+            graph_inputs.append(onnx.helper.make_tensor_value_info(name, elem, shape))
+        graph = onnx.helper.make_graph(list(function.node), "f", graph_inputs,
+                                       [onnx.helper.ValueInfoProto(name=o) for o in function.output])
+        opsets = {e.domain: e for e in self._model.opset_import}
+        opsets.update({e.domain: e for e in function.opset_import})
+        model = onnx.helper.make_model(graph, opset_imports=list(opsets.values()),
+                                       ir_version=self._model.ir_version or 8)
+        model.functions.extend(f for f in self._model.functions if f is not function)
+        try:
+            inferred = onnx.shape_inference.infer_shapes(model, strict_mode=False)
+        except Exception as e:  # attribute references and the like: best effort only
+            logger.debug("shape inference of function %s failed: %s", function.name, e)
+            return {}
+        out: dict[str, ValueType] = {}
+        for vi in (*inferred.graph.value_info, *inferred.graph.output):
+            if (vt := _value_type(vi.type)) is not None:
+                out[vi.name] = vt
+        for name in function.input:
+            out.pop(name, None)
+        out.update({vi.name: vt for vi in graph_inputs if (vt := _value_type(vi.type)) is not None})
+        return out
+
+
+def _merge(a: ValueType | None, b: ValueType | None) -> ValueType | None:
+    if a is None or b is None or a[0] != b[0]:
+        return None
+    if a[1] is None or b[1] is None or len(a[1]) != len(b[1]):
+        return (a[0], None)
+    return (a[0], [x if x == y else None for x, y in zip(a[1], b[1], strict=True)])

@@ -79,8 +79,16 @@ def bf16_as_float(model: onnx.ModelProto) -> onnx.ModelProto:
     m.CopyFrom(model)
     g = m.graph
     x_vi, y_vi = g.input[0], g.output[0]
+
+    def rename_uses(nodes: Sequence[onnx.NodeProto]) -> None:  # subgraphs read x from the outer scope too
+        for node in nodes:
+            node.input[:] = ["x_bf16" if i == "x" else i for i in node.input]
+            for attr in node.attribute:
+                for sub in [attr.g] if attr.type == onnx.AttributeProto.GRAPH else attr.graphs:
+                    rename_uses(sub.node)
+
+    rename_uses(g.node)
     for node in g.node:
-        node.input[:] = ["x_bf16" if i == "x" else i for i in node.input]
         node.output[:] = ["y_bf16" if o == "y" else o for o in node.output]
     g.node.insert(0, helper.make_node("Cast", ["x"], ["x_bf16"], to=TensorProto.BFLOAT16))
     g.node.append(helper.make_node("Cast", ["y_bf16"], ["y"], to=TensorProto.FLOAT))

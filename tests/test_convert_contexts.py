@@ -301,9 +301,6 @@ def test_generated_names_never_collide() -> None:
         assert np.array_equal(a, b)
 
 
-@pytest.mark.xfail(strict=True, raises=lowerer.ConversionError,
-                   reason="types from call sites (commit 29bdd34) were lost when lowerer/shapes.py was rewritten "
-                          "(f0b1a85): a function without value_info gets no type; drop this mark when restored")
 def test_function_rank_from_its_call_site() -> None:
     model = function_model(13, 13, with_value_info=False)
     converted = lowerer.convert(model, target_opset=11, verify=False).model

@@ -135,11 +135,27 @@ def test_function_value_info_is_used_and_kept() -> None:
     assert "Transpose" in _all_ops(out.functions[1].node)
 
 
-def test_function_without_value_info_refuses_clearly() -> None:
+def test_function_without_value_info_takes_types_from_its_call_sites() -> None:
+    """No value_info in the functions: the types come from the call sites (Outer's from main's x,
+    Inner's from Outer's body), so the rank-needing rewrites are made, and exactly."""
     model = _nested_functions(13, 13, value_info=False)
+    out = _convert(model, 11)
+    assert "Transpose" in _all_ops(out.functions[0].node) and "Transpose" in _all_ops(out.functions[1].node)
+    x = _x((2, 3, 4), seed=6)
+    got, want = _run(out, {"x": x}), _nested_expected(x, 13)
+    np.testing.assert_array_equal(got[0], want[0])
+    np.testing.assert_allclose(got[1], want[1], rtol=1e-6)
+
+
+def test_function_called_with_different_ranks_refuses_clearly() -> None:
+    """Call sites that disagree on the rank give the function body no rank: refused, not guessed."""
+    model = _nested_functions(13, 13, value_info=False)
+    model.graph.node.append(helper.make_node("Outer", ["x2"], ["y2", "z2"], name="call2", domain="pkg"))
+    model.graph.input.append(_vi("x2", F, [6, 4]))
+    model.graph.output.extend([_vi("y2", I64, None), _vi("z2", F, [6, 4])])
     with pytest.raises(ConversionError, match=r"^node '(inner_hm|outer_sm)' \((Hardmax|Softmax)-13, in "
                                               r"function:pkg.(Inner|Outer)\) cannot be converted to opset 11: "
-                                              r"the (rank|element type) of input 'a' is unknown"):
+                                              r"the rank of input 'a' is unknown"):
         lowerer.convert(model, target_opset=11)
 
 

@@ -32,8 +32,6 @@ from lowerer.rules import DECOMPOSITIONS
 _LONG = int(os.environ.get("LOWERER_FUZZ_EXAMPLES", "0") or 0)
 #: LOWERER_FUZZ_VERIFY=0 turns lowerer's own per-rewrite verification off (on in a quarter of cases)
 _VERIFY = os.environ.get("LOWERER_FUZZ_VERIFY", "1") != "0"
-#: LOWERER_FUZZ_STRICT=1 fails on the known (reported, open) issues too, to see whether they are fixed
-_STRICT = os.environ.get("LOWERER_FUZZ_STRICT", "0") == "1"
 settings.register_profile(
     "lowerer-fuzz-ci", max_examples=150, deadline=None, derandomize=True, database=None,
     suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large, HealthCheck.filter_too_much],
@@ -482,19 +480,7 @@ def check_case(case: Case) -> str:
         assert kind is not None, f"unexpected refusal for {case}: {e}"
         return f"refused: {kind}"
     except VerificationError as e:
-        # KNOWN ISSUE (reported): onnxruntime's GlobalMaxPool starts from -FLT_MAX, so a window of
-        # only -inf gives -3.4e38 where ReduceMax (and the spec) give -inf; the verifier's "inf"
-        # input set trips over it. Anything else is a failure.
-        msg = str(e)
-        if ("GlobalMaxPool" in msg and "input set inf" in msg and "original -3.40282" in msg
-                and "replacement -inf" in msg):
-            return "KNOWN ISSUE: GlobalMaxPool -inf window (onnxruntime returns -FLT_MAX)"
-        # KNOWN ISSUE (reported): the Hardmax decomposition's ArgMax/OneHot fail on an empty input
-        # whose emptiness is not static; lowerer's own verification catches it (exit 1).
-        empty = re.search(r"\w+\[(?:\d+,)*0(?:,\d+)*\]", msg)
-        assert "'hardmax-decomposition'" in msg and "the replacement raises" in msg and empty, \
-            f"verification failed for {case}: {msg}"
-        return "KNOWN ISSUE: Hardmax decomposition fails on an empty input (caught by verification)"
+        raise AssertionError(f"verification failed for {case}: {e}") from None
     assert model.SerializeToString() == before, "convert() modified its input model"
     out = result.model
     assert [(o.domain, o.version) for o in out.opset_import if o.domain in ("", "ai.onnx")] == [("", case.target)]
@@ -513,13 +499,6 @@ def check_case(case: Case) -> str:
     try:
         got = _run(out, f)
     except Exception as e:  # onnxruntime lacks some kernels at old opsets (e.g. float16 Hardmax-1)
-        in_decomposition = re.search(r"Hardmax_\d+/(ArgMax|Reshape|OneHot)", str(e))
-        if 0 in case.dims and "hardmax" in case.decompose and in_decomposition \
-                and (case.shape_mode != "static" or _untyped_in_function(case)):
-            # KNOWN ISSUE (reported): the Hardmax decomposition runs ArgMax over an axis that is
-            # empty at run time (a dynamic dim), or reshapes by a shape computed for non-empty
-            # rows; it fails where Hardmax gives [].
-            return "KNOWN ISSUE: Hardmax decomposition fails at run time on a dynamically empty input"
         # (float16 below opset 7: no kernel, or a Cast-1 onnxruntime inserts and then rejects)
         assert case.dtype == F16 and case.target < 7, str(e)
         return "converted (no onnxruntime kernel)"
@@ -549,5 +528,4 @@ def check_case(case: Case) -> str:
 @given(cases())
 def test_fuzz_owned_ops(case: Case) -> None:
     outcome = check_case(case)
-    assert not (_STRICT and outcome.startswith("KNOWN ISSUE")), f"{outcome}: {case}"
     event(outcome)

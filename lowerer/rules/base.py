@@ -155,6 +155,40 @@ class Emitter:
         self.op("Constant", [], [name], value=tensor)
         return name
 
+    def may_be_empty(self, name: str) -> bool:
+        """Whether value ``name`` can be an empty tensor at run time (some dim not statically > 0)."""
+        dims = self.dims(name)
+        return dims is None or any(d is None or d == 0 for d in dims)
+
+    def pass_through_if_empty(self, x: str, start: int) -> None:
+        """Run the nodes emitted since ``start`` only when ``x`` is not empty; else output ``x`` itself.
+
+        For ops whose output is shaped and typed like ``x`` (an empty ``x`` gives that same empty
+        tensor) when some emitted op (ArgMax, Reshape-13 ...) would fail or misread an empty input:
+        ``If(Size(x) == 0)`` → ``Identity(x)``, else the nodes, moved into the else branch.
+        """
+        body = self.nodes[start:]
+        del self.nodes[start:]
+        outputs = list(self.node.output)
+        elem = self.elem_type(x)
+
+        def branch(nodes: list[onnx.NodeProto], label: str) -> onnx.GraphProto:
+            renamed = {o: self.fresh(f"{o}_{label}") for o in outputs}
+            for n in nodes:
+                for i, o in enumerate(n.output):
+                    n.output[i] = renamed.get(o, o)
+            infos = [helper.make_tensor_value_info(renamed[o], elem, None) if elem is not None
+                     else helper.make_empty_tensor_value_info(renamed[o]) for o in outputs]
+            return helper.make_graph(nodes, self.fresh(label), [], infos)
+
+        identity = helper.make_node("Identity", [x], outputs, name=self.fresh(f"{self.node.name or 'n'}/empty"))
+        then_branch = branch([identity], "empty")
+        else_branch = branch(body, "full")
+        # onnxruntime has no Size kernel for bfloat16: count a float32 copy's elements instead.
+        counted = self.op("Cast", [x], to=onnx.TensorProto.FLOAT) if elem == onnx.TensorProto.BFLOAT16 else x
+        is_empty = self.op("Equal", [self.op("Size", [counted]), self.const(np.array(0, dtype=np.int64), "zero")])
+        self.op("If", [is_empty], outputs, then_branch=then_branch, else_branch=else_branch)
+
     def copy_node(self, **attrs: int | None) -> onnx.NodeProto:
         """A copy of the original node with ``attrs`` set (None removes an attribute); appended."""
         node = onnx.NodeProto()

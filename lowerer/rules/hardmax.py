@@ -14,7 +14,6 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-import numpy as np
 import onnx
 
 from lowerer.rules.base import Emitter, Rule, attr, normalize_axis
@@ -118,23 +117,10 @@ class CoercedAxisRule(Rule):
         of an empty tensor is that same empty tensor, so unless the dims are statically non-zero,
         ``If(Size(x) == 0)`` passes ``x`` through and otherwise reshapes.
         """
-        out = list(em.node.output)
-        dims = em.dims(x)
-        if dims is not None and all(d is not None and d > 0 for d in dims):
-            em.op("Reshape", [inner, shape], out)  # statically non-empty
-            return
-        is_empty = em.op("Equal", [em.op("Size", [x]), em.const(np.array(0, dtype=np.int64), "zero")])
-        elem = em.elem_type(x)
-
-        def branch(op_type: str, inputs: list[str], label: str) -> onnx.GraphProto:
-            output = em.fresh(f"{out[0]}_{label}")
-            node = onnx.helper.make_node(op_type, inputs, [output], name=em.fresh(f"{em.node.name or 'n'}/{label}"))
-            vi = (onnx.helper.make_tensor_value_info(output, elem, None) if elem is not None
-                  else onnx.helper.make_empty_tensor_value_info(output))
-            return onnx.helper.make_graph([node], em.fresh(label), [], [vi])
-
-        em.op("If", [is_empty], out, then_branch=branch("Identity", [x], "empty"),
-              else_branch=branch("Reshape", [inner, shape], "full"))
+        start = len(em.nodes)
+        em.op("Reshape", [inner, shape], list(em.node.output))
+        if em.may_be_empty(x):
+            em.pass_through_if_empty(x, start)
 
     def _from_single_axis(self, em: Emitter, x: str, axis: int, target: int) -> None:
         if target >= 13:

@@ -20,8 +20,8 @@ The one-hot is then the outer product (``And``) of the two small one-hots.
 The values are taken in their own type; bfloat16 (no onnxruntime ArgMax) is widened to float32
 first, which is exact and keeps the order. NaN inputs are outside the specification; the
 decomposition then follows ArgMax (onnxruntime's own Hardmax zeroes a row whose maximum reads
-as NaN). A dynamic size along the axis that is 0 at run time makes ArgMax fail (an error, not
-a wrong result); a static 0 is handled.
+as NaN). An input that may be empty at run time (a dynamic dim) goes through
+``If(Size(x) == 0)``: the empty input itself, else the decomposition (ArgMax fails on empty).
 """
 
 from __future__ import annotations
@@ -73,7 +73,8 @@ class HardmaxDecomposition(Rule):
     4. opset < 7 (no broadcasting Equal): ``ArgMax`` → ``Gather`` of rows of a constant identity
        table (static size <= :data:`EYE_MAX`, known type; else refused), with a ``Transpose``
        (one axis) or a ``Reshape`` (static dims below opset 5) back;
-    5. a static dim of size 0: ``Identity`` (the output is empty);
+    5. a static dim of size 0: ``Identity`` (the output is empty); a dynamic dim: the whole
+       decomposition in the else branch of ``If(Size(x) == 0)``, whose then branch passes ``x``;
     6. bfloat16: widened to float32 before ArgMax; refused below opset 13;
     7. refused: an axis outside ``[-r, r-1]`` (onnxruntime rejects it too), a negative axis below
        opset 11 with unknown rank, an unknown type below opset 15.
@@ -106,11 +107,20 @@ class HardmaxDecomposition(Rule):
         if elem is None and em.opset < 15:
             em.refuse(f"the element type of input {x!r} is unknown, and casting the one-hot to it needs "
                       "CastLike (opset >= 15); add type information for it")
+        start = len(em.nodes)
+        self._emit(em, x, y, meaning.flatten, axis, dims, rank, elem)
+        if em.opset >= 7 and em.may_be_empty(x):
+            # ArgMax (and Reshape-13) fail on an empty input, whose Hardmax is that empty tensor.
+            # (Below opset 7 the size along the axis is static and non-zero: see _legacy.)
+            em.pass_through_if_empty(x, start)
+
+    def _emit(self, em: Emitter, x: str, y: str, flatten: bool, axis: int, dims: list[int | None] | None,
+              rank: int | None, elem: int | None) -> None:
         if em.opset < 7:
-            self._legacy(em, x, y, meaning.flatten, axis, dims, elem)
+            self._legacy(em, x, y, flatten, axis, dims, elem)
             return
         last = axis == -1 or (rank is not None and axis == rank - 1)
-        if meaning.flatten and not last:
+        if flatten and not last:
             if axis < 0 and em.opset < 11:
                 axis = normalize_axis(axis, em.require_rank(x, "for Flatten below opset 11"))
             size = None
