@@ -36,6 +36,8 @@ TYPE_ONLY: dict[str, dict[int, tuple[str, ...]]] = {
     "Constant": {9: (), 11: ("sparse_value",), 12: ("value_float", "value_floats", "value_int", "value_ints",
                                                    "value_string", "value_strings"), 13: (), **_TAIL},
     "Identity": {13: (), 14: (), 16: (), **_TAIL},
+    "Size": {13: (), **_TAIL},
+    "Equal": {11: (), 13: (), 19: ()},
     "Conv": {22: ()},
     "Transpose": {13: (), **_TAIL},
     "Flatten": {13: (), **_TAIL},
