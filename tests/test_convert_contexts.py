@@ -119,11 +119,16 @@ def test_control_flow_bodies(src: int, target: int) -> None:
     converted = result.model
     check_model_full(converted)
     scopes = {r.scope for r in result.report.rewrites}
-    if since("Hardmax", src) == since("Hardmax", target) and since("ArgMax", src) == since("ArgMax", target):
+    # Upward ArgMax/ArgMin steps and Hardmax 1 -> 11 leave the node as it is: no rewrite then.
+    argmax_rewritten = since("ArgMax", target) < since("ArgMax", src)
+    hardmax_rewritten = since("Hardmax", src) != since("Hardmax", target) and \
+        (since("Hardmax", src), since("Hardmax", target)) != (1, 11)
+    if not (argmax_rewritten or hardmax_rewritten):
         assert not scopes  # only opset imports (and foreign relabels) change
     else:
         assert any("then_branch" in s for s in scopes) and any(".body" in s for s in scopes), scopes
-        assert any("body/" in s and "branch" in s for s in scopes), scopes  # the If nested in the Loop
+        if argmax_rewritten:
+            assert any("body/" in s and "branch" in s for s in scopes), scopes  # the If nested in the Loop
     rng = np.random.default_rng(src + target)
     feeds = []
     for cond in (True, False):

@@ -36,12 +36,16 @@ class ArgExtremumRule(Rule):
        ``(n - 1) - i`` with ``n`` from ``Shape``; below opset 10: refused;
     3. negative ``axis`` below 11: made non-negative (needs the rank, else refused);
     4. bfloat16 input below 13: refused;
-    5. anything else: a relabel (dropping ``select_last_index=0``).
+    5. anything else downward: a relabel (dropping ``select_last_index=0``).
+
+    Upward the node stays as it is: no rewrite (see :attr:`same_meaning`).
     """
 
     name = "argmax"
     op_types = ("ArgMax", "ArgMin")
     versions = (1, 11, 12, 13)
+    #: Upward every version reads the same attributes the same way (new ones default to the old meaning).
+    same_meaning = frozenset({(1, 11), (1, 12), (1, 13), (11, 12), (11, 13), (12, 13)})
 
     def rewrite(self, em: Emitter) -> None:
         """Emit the node for the target opset."""

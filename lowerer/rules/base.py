@@ -221,11 +221,16 @@ class Rule(abc.ABC):
     #: Set for rules that only act when their name is in ``decompose``.
     decomposition: ClassVar[str | None] = None
 
+    #: Pairs (source since-version, target since-version) where the node means the same with the
+    #: same attributes: it stays as it is (only the opset import changes), which is no rewrite.
+    same_meaning: ClassVar[frozenset[tuple[int, int]]] = frozenset()
+
     def wants(self, node: onnx.NodeProto, source_version: int, target_opset: int, decompose: frozenset[str]) -> bool:
         """Whether the node needs this rule (cheap; no shape information)."""
         if self.decomposition is not None:
             return self.decomposition in decompose
-        return since_version(node.op_type, target_opset) != source_version
+        target_version = since_version(node.op_type, target_opset)
+        return target_version != source_version and (source_version, target_version) not in self.same_meaning
 
     @abc.abstractmethod
     def rewrite(self, em: Emitter) -> None:

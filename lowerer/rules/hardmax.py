@@ -66,6 +66,8 @@ class CoercedAxisRule(Rule):
     name = "coerced-axis"
     op_types = ("Hardmax", "Softmax", "LogSoftmax")
     versions = (1, 11, 13)
+    #: 1 → 11 only allowed negative axes: the same node means the same.
+    same_meaning = frozenset({(1, 11)})
 
     def rewrite(self, em: Emitter) -> None:
         """Emit the node for the target opset."""
