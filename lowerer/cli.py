@@ -156,10 +156,11 @@ def _print_summary(report: Any) -> None:
     if not summary["by_rule"]:
         click.echo("no rewrites: the model already matches the request", err=True)
         return
-    click.echo(f"{'rule':<24}{'rewrites':>9}{'verified':>10}{'unverified':>12}", err=True)
+    width = max(len("rule"), *(len(rule) for rule in summary["by_rule"])) + 2
+    click.echo(f"{'rule':<{width}}{'rewrites':>9}{'verified':>10}{'unverified':>12}", err=True)
     for rule, counts in summary["by_rule"].items():
         total = sum(counts.values())
-        click.echo(f"{rule:<24}{total:>9}{counts.get('verified', 0):>10}{counts.get('unverified', 0):>12}",
+        click.echo(f"{rule:<{width}}{total:>9}{counts.get('verified', 0):>10}{counts.get('unverified', 0):>12}",
                    err=True)
     for reason, count in sorted(summary.get("unverified_reasons", {}).items(), key=lambda kv: -kv[1])[:3]:
         click.echo(f"unverified ({count}): {reason}", err=True)
