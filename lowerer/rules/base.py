@@ -169,25 +169,40 @@ class Emitter:
         """
         body = self.nodes[start:]
         del self.nodes[start:]
-        outputs = list(self.node.output)
+        (output,) = self.node.output
         elem = self.elem_type(x)
+        bf16 = elem == onnx.TensorProto.BFLOAT16
+        # onnxruntime has no Size kernel for bfloat16, and If has no bfloat16 before version 16:
+        # count a float32 copy's elements, and below If-16 carry the result as float32 (exact).
+        counted = self.op("Cast", [x], to=onnx.TensorProto.FLOAT) if bf16 else x
+        via_float = bf16 and (self.version_of("If") or 0) < 16
+        carried = onnx.TensorProto.FLOAT if via_float else elem
 
         def branch(nodes: list[onnx.NodeProto], label: str) -> onnx.GraphProto:
-            renamed = {o: self.fresh(f"{o}_{label}") for o in outputs}
+            result = self.fresh(f"{output}_{label}")
             for n in nodes:
-                for i, o in enumerate(n.output):
-                    n.output[i] = renamed.get(o, o)
-            infos = [helper.make_tensor_value_info(renamed[o], elem, None) if elem is not None
-                     else helper.make_empty_tensor_value_info(renamed[o]) for o in outputs]
-            return helper.make_graph(nodes, self.fresh(label), [], infos)
+                for k, o in enumerate(n.output):
+                    if o == output:
+                        n.output[k] = result
+            if via_float and label == "full":
+                widened = self.fresh(f"{output}_{label}_f32")
+                nodes.append(helper.make_node("Cast", [result], [widened], name=self.fresh(f"{self.node.name}/f32"),
+                                              to=onnx.TensorProto.FLOAT))
+                result = widened
+            info = (helper.make_tensor_value_info(result, carried, None) if carried is not None
+                    else helper.make_empty_tensor_value_info(result))
+            return helper.make_graph(nodes, self.fresh(label), [], [info])
 
-        identity = helper.make_node("Identity", [x], outputs, name=self.fresh(f"{self.node.name or 'n'}/empty"))
+        identity = helper.make_node("Identity", [counted if via_float else x], [output],
+                                    name=self.fresh(f"{self.node.name or 'n'}/empty"))
         then_branch = branch([identity], "empty")
         else_branch = branch(body, "full")
-        # onnxruntime has no Size kernel for bfloat16: count a float32 copy's elements instead.
-        counted = self.op("Cast", [x], to=onnx.TensorProto.FLOAT) if elem == onnx.TensorProto.BFLOAT16 else x
         is_empty = self.op("Equal", [self.op("Size", [counted]), self.const(np.array(0, dtype=np.int64), "zero")])
-        self.op("If", [is_empty], outputs, then_branch=then_branch, else_branch=else_branch)
+        if not via_float:
+            self.op("If", [is_empty], [output], then_branch=then_branch, else_branch=else_branch)
+            return
+        narrow = self.op("If", [is_empty], then_branch=then_branch, else_branch=else_branch)
+        self.op("Cast", [narrow], [output], to=onnx.TensorProto.BFLOAT16)
 
     def copy_node(self, **attrs: int | None) -> onnx.NodeProto:
         """A copy of the original node with ``attrs`` set (None removes an attribute); appended."""
