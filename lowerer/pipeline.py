@@ -9,7 +9,7 @@ from collections.abc import Callable, Iterable
 import onnx
 
 from lowerer.errors import ConversionError, InputError
-from lowerer.foreign import ForeignConverter
+from lowerer.foreign import ForeignConverter, ForeignResult
 from lowerer.naming import NameGenerator
 from lowerer.opsets import (
     check_target_opset,
@@ -138,6 +138,42 @@ class _Run:
             return {name: self.shapes.known(scope, name) for name in node.input if name}
         return {name: self.shapes.lookup(scope, name) for name in node.input if name}
 
+    def _foreign(self, node: onnx.NodeProto, scope: Scope, source: int, target: int) -> ForeignResult | None:
+        """Convert a node lowerer has no rule for: relabels where only types changed, else onnx's converter.
+
+        Downward, onnx's converter lacks the adapters of most type-only steps (ReduceMax 13 → 12),
+        and this module's relabels cannot do a step that changed structure (ReduceMax 18 → 13:
+        ``axes`` input to attribute). When a path needs both, the converter takes only the node's
+        own first step and each node it makes goes on from there, the same way.
+        """
+        # Type-only version steps are relabels (onnx's converter lacks most down adapters for them).
+        mid = relabel_opset(node, source, target, lambda name: self._elem_type(scope, name))
+        if mid == target:
+            return None
+        _refuse_attribute_references(node, scope, node.op_type, target)
+        try:
+            return self.foreign.convert(node, scope, mid, target)
+        except ConversionError as whole:
+            step = (since_version(node.op_type, mid) or 0) - 1  # just below the node's version at ``mid``
+            if target >= mid or step <= target:
+                raise
+            try:
+                first = self.foreign.convert(node, scope, mid, step)
+            except ConversionError:
+                raise whole from None
+        if first is None:  # onnx's converter relabels that step: go on from there
+            return self._foreign(node, scope, step, target)
+        nodes: list[onnx.NodeProto] = []
+        constants = list(first.constants)
+        for made in first.nodes:
+            rest = self._foreign(made, scope, step, target) if is_default_domain(made.domain) else None
+            if rest is None:
+                nodes.append(made)
+            else:
+                nodes.extend(rest.nodes)
+                constants.extend(rest.constants)
+        return ForeignResult(nodes, constants, rule=first.rule)
+
     def _untouched_op(self, op_type: str, source: int, target: int) -> bool:
         """Whether every default-domain ``op_type`` node is left as it is (no rule, same schema version).
 
@@ -168,12 +204,7 @@ class _Run:
         if rule is None:
             if source == target:
                 return None
-            # Type-only version steps are relabels (onnx's converter lacks most down adapters for them).
-            mid = relabel_opset(node, source, target, lambda name: self._elem_type(scope, name))
-            if mid == target:
-                return None
-            _refuse_attribute_references(node, scope, node.op_type, target)
-            result = self.foreign.convert(node, scope, mid, target)
+            result = self._foreign(node, scope, source, target)
             if result is None:
                 return None
             self.report.rewrites.append(Rewrite(

@@ -39,6 +39,11 @@ TYPE_ONLY: dict[str, dict[int, tuple[str, ...]]] = {
     "Size": {13: (), **_TAIL},
     "Equal": {11: (), 13: (), 19: ()},
     "Conv": {22: ()},
+    # Reductions: 12 added int8/uint8 (Max/Min), 13 bfloat16 (the others keep ``axes`` as an
+    # attribute until 18), 20 bool (Max/Min); ReduceSum-13 and the others' 18 moved ``axes``.
+    **{op: {12: (), 13: (), 20: ()} for op in ("ReduceMax", "ReduceMin")},
+    **{op: {13: ()} for op in ("ReduceMean", "ReduceProd", "ReduceL1", "ReduceL2", "ReduceLogSum",
+                               "ReduceLogSumExp", "ReduceSumSquare")},
     "Transpose": {13: (), **_TAIL},
     "Flatten": {13: (), **_TAIL},
     "Reshape": {13: (), 14: ("allowzero",), **_TAIL},

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import numpy as np
 import onnx
+import onnxruntime as ort
 import oracle
 import pytest
 from _convert_helpers import check_model_full, make_model, ort_run, since, value_info
@@ -185,3 +186,35 @@ def test_select_last_in_a_function_below_9_is_refused() -> None:
     check_model_full(converted)
     x = np.array([[1, 3, 3], [2, 2, 0]], np.float32)
     assert np.array_equal(ort_run(converted, [{"x": x}])[0][0], oracle.argextremum("ArgMax", x, 1, 1, 1, 12))
+
+
+@pytest.mark.parametrize("axes_from", ["initializer", "constant-node"])
+@pytest.mark.parametrize("target", [17, 13, 12, 11, 9])
+def test_reducemax_18_down_chains_converter_and_relabels(axes_from: str, target: int) -> None:
+    """ReduceMax-18 (axes an input, as torch.onnx.export writes it) down to 11: onnx's converter
+    does 18 -> 13 (axes to attribute) but has no adapter for the type-only 13 -> 12 -> 11; lowerer
+    lets the converter take the first step and relabels the rest."""
+    axes = np.array([2, 3], dtype=np.int64)
+    nodes = [helper.make_node("ReduceMax", ["x", "axes"], ["y"], name="rmax", keepdims=1)]
+    initializers = [numpy_helper.from_array(axes, "axes")]
+    if axes_from == "constant-node":
+        nodes.insert(0, helper.make_node("Constant", [], ["axes"], name="axes_c",
+                                         value=numpy_helper.from_array(axes, "axes")))
+        initializers = []
+    graph = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 3, 4, 5])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, 3, 1, 1])],
+                              initializer=initializers)
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18)], ir_version=8)
+    onnx.checker.check_model(model, full_check=True)
+    converted = lowerer.convert(model, target_opset=target).model
+    onnx.checker.check_model(converted, full_check=True)
+    (reduce,) = [n for n in converted.graph.node if n.op_type == "ReduceMax"]
+    assert [a.ints for a in reduce.attribute if a.name == "axes"] == [[2, 3]]
+    x = np.random.default_rng(target).integers(-3, 4, size=(2, 3, 4, 5)).astype(np.float32)
+    x[0, 0] = -np.inf
+    so = ort.SessionOptions()
+    so.log_severity_level = 3
+    want = ort.InferenceSession(model.SerializeToString(), so).run(None, {"x": x})[0]
+    got = ort.InferenceSession(converted.SerializeToString(), so).run(None, {"x": x})[0]
+    assert np.array_equal(got, want)
+    np.testing.assert_array_equal(got, x.max(axis=(2, 3), keepdims=True))
