@@ -20,7 +20,8 @@ from lowerer.errors import LowererError
 
 __all__ = ["main"]
 
-EXIT_OK, EXIT_VERIFY, EXIT_BAD_INPUT, EXIT_INTERNAL = 0, 1, 2, 3
+#: Exit code of a bug in lowerer (0, 1 and 2 come from LowererError.exit_code and click).
+EXIT_INTERNAL = 3
 
 _EPILOG = """\b
 Examples:

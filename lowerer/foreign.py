@@ -39,7 +39,7 @@ _TEMPLATE_OUT = "lowerer.template.out"
 
 
 class ForeignResult:
-    """A node converted by onnx's converter into something other than a relabel."""
+    """A node replaced by something other than a relabel (by onnx's converter, or a Constant made an initializer)."""
 
     def __init__(self, nodes: list[onnx.NodeProto], constants: list[onnx.TensorProto],
                  rule: str = "onnx.version_converter") -> None:
@@ -85,18 +85,15 @@ class ForeignConverter:
             raise ConversionError(f"node {_label(node)} ({op_type}-{src_v}, in {scope.path}) cannot be "
                                   f"converted to opset {target}: {op_type} does not exist there")
         if op_type == "Constant" and scope.graph is not None and target < source:
-            value = next((a.t for a in node.attribute if a.name == "value" and a.HasField("t")), None)
-            if value is not None and len(node.output) == 1:
+            tensor = _constant_tensor(node)
+            if tensor is not None:
                 # A Constant the target's Constant cannot hold (Constant-1 has float types only):
                 # the same tensor as an initializer of the same name means exactly the same.
-                tensor = onnx.TensorProto()
-                tensor.CopyFrom(value)
-                tensor.name = node.output[0]
                 return ForeignResult([], [tensor], rule="constant-to-initializer")
         inputs = node.input
         # Without precision _input_types gives one None per input: skip its per-input work.
         precise = target < source or source < 7
-        types = self._input_types(node, scope, precise=True) if precise else (None,) * len(inputs)
+        types = self._input_types(node, scope) if precise else (None,) * len(inputs)
         key = (op_type, source, target, _attribute_key(node) if node.attribute else (), tuple(map(bool, inputs)),
                len(node.output), types)
         relabel = self._relabel.get(key)
@@ -108,19 +105,11 @@ class ForeignConverter:
         return self._convert_alone(node, scope, source, target, types, src_v)
 
     # -- probes --------------------------------------------------------------------------------
-    def _input_types(self, node: onnx.NodeProto, scope: Scope, precise: bool) -> tuple[Hashable, ...]:
+    def _input_types(self, node: onnx.NodeProto, scope: Scope) -> tuple[Hashable, ...]:
         out: list[Hashable] = []
         for name in node.input:
-            if not name:
-                out.append(None)
-                continue
-            vt = self._shapes.lookup(scope, name, lambda vt: vt[0] != 0) if precise else None
-            if vt is None:
-                out.append(None)
-            elif precise:
-                out.append((vt[0], None if vt[1] is None else tuple(vt[1])))
-            else:
-                out.append((vt[0], None))
+            vt = self._shapes.lookup(scope, name, lambda vt: vt[0] != 0) if name else None
+            out.append(None if vt is None else (vt[0], None if vt[1] is None else tuple(vt[1])))
         return tuple(out)
 
     def _probe(self, node: onnx.NodeProto, source: int, target: int, types: tuple[Hashable, ...],
@@ -135,7 +124,7 @@ class ForeignConverter:
                 for g in a.graphs:
                     g.CopyFrom(_stub_graph(g))
         try:
-            converted = self._run_converter(probe, source, target, types, {}, scope, src_v)
+            converted = self._run_converter(probe, source, target, types, scope, src_v)
         except ConversionError:
             # The probe has no constant inputs, and adapters that need them (axes input → attribute
             # at 13→12) fail on it: convert the node with its constants instead (that raises if it fails).
@@ -261,11 +250,11 @@ class ForeignConverter:
         return template, names
 
     def _run_converter(self, node: onnx.NodeProto, source: int, target: int, types: tuple[Hashable, ...],
-                       constants: dict[str, onnx.TensorProto], scope: Scope, src_v: int) -> onnx.ModelProto:
+                       scope: Scope, src_v: int) -> onnx.ModelProto:
         inputs = []
         seen: set[str] = set()
         for name, t in zip(node.input, types, strict=False):
-            if not name or name in seen or name in constants:
+            if not name or name in seen:
                 continue
             seen.add(name)
             if t is None:
@@ -274,7 +263,7 @@ class ForeignConverter:
             inputs.append(helper.make_tensor_value_info(name, elem or onnx.TensorProto.FLOAT,
                                                         None if dims is None else list(dims)))
         outputs = [helper.make_empty_tensor_value_info(o) for o in node.output if o]
-        graph = helper.make_graph([node], "probe", inputs, outputs, initializer=list(constants.values()))
+        graph = helper.make_graph([node], "probe", inputs, outputs)
         return self._convert_graph(graph, node, source, target, scope, src_v)
 
     def _convert_graph(self, graph: onnx.GraphProto, node: onnx.NodeProto, source: int, target: int, scope: Scope,
@@ -302,15 +291,23 @@ class ForeignConverter:
                 table = {t.name: t for t in scope.graph.initializer
                          if t.data_location != onnx.TensorProto.EXTERNAL}
             for node in scope.holder.node:  # e.g. the axes onnx's converter itself put in a Constant
-                if node.op_type == "Constant" and node.domain in ("", "ai.onnx") and len(node.output) == 1:
-                    value = next((a.t for a in node.attribute if a.name == "value" and a.HasField("t")), None)
-                    if value is not None and value.data_location != onnx.TensorProto.EXTERNAL:
-                        tensor = onnx.TensorProto()
-                        tensor.CopyFrom(value)
-                        tensor.name = node.output[0]
-                        table[node.output[0]] = tensor
+                if node.op_type == "Constant" and node.domain in ("", "ai.onnx"):
+                    tensor = _constant_tensor(node)
+                    if tensor is not None and tensor.data_location != onnx.TensorProto.EXTERNAL:
+                        table[tensor.name] = tensor
             self._initializers[id(scope.holder)] = table
         return table
+
+
+def _constant_tensor(node: onnx.NodeProto) -> onnx.TensorProto | None:
+    """A Constant node's ``value`` tensor, named as the node's output (None for other forms)."""
+    value = next((a.t for a in node.attribute if a.name == "value" and a.HasField("t")), None)
+    if value is None or len(node.output) != 1:
+        return None
+    tensor = onnx.TensorProto()
+    tensor.CopyFrom(value)
+    tensor.name = node.output[0]
+    return tensor
 
 
 def _label(node: onnx.NodeProto) -> str:

@@ -250,10 +250,3 @@ class Rule(abc.ABC):
     @abc.abstractmethod
     def rewrite(self, em: Emitter) -> None:
         """Emit the replacement of ``em.node`` into ``em`` (or refuse through ``em.refuse``)."""
-
-    @staticmethod
-    def check_exists(em: Emitter, *op_types: str) -> None:
-        """Refuse unless every op in ``op_types`` exists at the target opset."""
-        missing = [op for op in op_types if em.version_of(op) is None]
-        if missing:
-            em.refuse(f"it needs {', '.join(missing)}, which opset {em.opset} does not have")
