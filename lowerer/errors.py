@@ -27,7 +27,17 @@ class InputError(LowererError):
 
 
 class ConversionError(LowererError):
-    """A conversion cannot be done exactly, so lowerer refuses it instead of guessing."""
+    """A conversion cannot be done exactly, so lowerer refuses it instead of guessing.
+
+    Attributes:
+        node: the node that cannot be converted, when one is to blame.
+        scope: where that node lives.
+    """
+
+    def __init__(self, message: str, *, node: object = None, scope: str | None = None) -> None:
+        super().__init__(message)
+        self.node = node
+        self.scope = scope
 
 
 class VerificationError(LowererError):

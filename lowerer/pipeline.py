@@ -1,4 +1,4 @@
-"""The pass pipeline: one scan over every scope, rules for owned ops, onnx's converter for the rest."""
+"""The pass pipeline: one scan over every scope, each node taken to the target by the version-step engine."""
 
 from __future__ import annotations
 
@@ -6,10 +6,11 @@ import gc
 import logging
 from collections.abc import Callable, Iterable
 
+import numpy as np
 import onnx
 
+from lowerer.constants import ConstantIndex
 from lowerer.errors import ConversionError, InputError
-from lowerer.foreign import ForeignConverter, ForeignResult
 from lowerer.naming import NameGenerator
 from lowerer.opsets import (
     check_target_opset,
@@ -18,13 +19,13 @@ from lowerer.opsets import (
     is_default_domain,
     since_version,
 )
-from lowerer.relabel import relabel_always, relabel_opset
 from lowerer.report import Report, Rewrite
-from lowerer.rules import DECOMPOSITIONS, rule_for
-from lowerer.rules.base import Emitter, Rule
+from lowerer.rules import DECOMPOSITIONS
 from lowerer.scopes import Scope, iter_scopes, subgraphs_of
+from lowerer.steps.engine import Conversion, StepEngine
+from lowerer.validation import NodeGate
 
-__all__ = ["Verifier", "normalize_decompose", "run_pipeline"]
+__all__ = ["Verifier", "normalize_decompose", "refuse_attribute_references", "run_pipeline"]
 
 logger = logging.getLogger(__name__)
 
@@ -32,16 +33,27 @@ logger = logging.getLogger(__name__)
 Verifier = Callable[[Rewrite], None]
 
 _CONTROL_FLOW = frozenset({"If", "Loop", "Scan", "SequenceMap"})
+#: Constant inputs up to this many elements are fed to verification as they are (axes, shapes,
+#: indices: their values matter); larger ones (weights) are generated like other inputs.
+_FED_AS_IS_MAX = 1 << 16
 
 
 def normalize_decompose(decompose: Iterable[str] | str | None) -> frozenset[str]:
     """Validate decomposition names (``all`` means every one); raises InputError listing valid names."""
     if decompose is None:
         return frozenset()
-    items = [decompose] if isinstance(decompose, str) else list(decompose)
+    if isinstance(decompose, str):
+        items: list[object] = [decompose]
+    else:
+        try:
+            items = list(decompose)
+        except TypeError:
+            raise InputError(f"decompose must be a name or a list of names, got {type(decompose).__name__}") from None
     names: set[str] = set()
     for item in items:
-        for part in str(item).split(","):
+        if not isinstance(item, str):
+            raise InputError(f"decompose names must be strings, got {item!r}")
+        for part in item.split(","):
             part = part.strip().lower()
             if not part:
                 continue
@@ -66,12 +78,18 @@ class _Run:
         self.verifier = verifier
         self.names = NameGenerator(model, serialized)
         self.shapes = ShapeIndex(model, serialized)
-        #: Per (source, target): default-domain op -> whether its nodes are left exactly as they are.
-        self._untouched: dict[tuple[int, int], dict[str, bool]] = {}
-        self._rules: dict[str, Rule | None] = {}
-        self.foreign = ForeignConverter(self.names, self.shapes)
+        self.shapes.snapshot()
+        self.constants = ConstantIndex(model, lambda scope, name: _static_dims(self.shapes, scope, name))
+        self._used: set[str] | None = None
+        self.engine = StepEngine(self.names, self.shapes, self.constants, decompose, self.used)
+        self._gates: dict[int, NodeGate] = {}
         self.report = Report(target_opset=target, decompose=tuple(sorted(decompose)))
-        self._wants: dict[tuple[str, int, int], bool] = {}
+
+    def used(self, name: str) -> bool:
+        """Whether any node anywhere reads ``name``, or it is a graph or function output."""
+        if self._used is None:
+            self._used = _used_names(self.model)
+        return name in self._used
 
     def scope(self, scope: Scope) -> None:
         source = scope.opset
@@ -81,26 +99,22 @@ class _Run:
         rebuilt: list[onnx.NodeProto] | None = None
         first = 0
         new_constants: list[onnx.TensorProto] = []
-        untouched = self._untouched.setdefault((source, target), {}) if source is not None and target is not None \
-            else {}
+        engine = self.engine
         for index, node in enumerate(nodes):
             replacement: list[onnx.NodeProto] | None = None
             domain = node.domain
             if domain == "" or domain == "ai.onnx":  # is_default_domain, inlined: this runs for every node
                 op_type = node.op_type
                 if op_type in _CONTROL_FLOW:
-                    self.subgraphs(node, scope)
+                    self.subgraphs(node, index, scope)
                 if source is None:
                     raise InputError(f"node {node.name or node.op_type!r} in {scope.path} uses the default "
                                      "domain, which the model does not import")
                 assert target is not None
-                skip = untouched.get(op_type)
-                if skip is None:
-                    skip = untouched[op_type] = self._untouched_op(op_type, source, target)
-                if not skip:
+                if not engine.leaves(node, source, target):
                     replacement = self.node(node, index, scope, source, target, new_constants)
             elif node.attribute:
-                self.subgraphs(node, scope)
+                self.subgraphs(node, index, scope)
             if replacement is not None:
                 if rebuilt is None:
                     rebuilt, first = [], index
@@ -124,9 +138,49 @@ class _Run:
                 # by its op (If branches have none): IR 4 lifts that and means the same otherwise.
                 self.model.ir_version = 4
 
-    def _elem_type(self, scope: Scope, name: str) -> int | None:
-        vt = self.shapes.lookup(scope, name, lambda vt: vt[0] != 0)
-        return vt[0] if vt is not None and vt[0] != 0 else None
+    def subgraphs(self, node: onnx.NodeProto, index: int, scope: Scope) -> None:
+        for attr_name, position, graph in subgraphs_of(node):
+            self.scope(scope.child(index, node, attr_name, position, graph))
+
+    def node(self, node: onnx.NodeProto, index: int, scope: Scope, source: int, target: int,
+             new_constants: list[onnx.TensorProto]) -> list[onnx.NodeProto] | None:
+        conversion = self.engine.convert(node, scope, source, target)
+        if conversion is None:
+            return None
+        if scope.graph is None:
+            conversion = _constants_as_nodes(conversion)
+        gate = self._gates.get(target)
+        if gate is None:
+            imports = {e.domain: e.version for e in self.model.opset_import}
+            imports[""] = target
+            gate = self._gates[target] = NodeGate(imports, max(self.model.ir_version, 8))
+        for made in conversion.nodes:
+            gate.check(made, node, scope.path, target)
+        original = onnx.NodeProto()
+        original.CopyFrom(node)
+        rewrite = Rewrite(
+            node=node.name or f"{node.op_type}#{index}",
+            op_type=node.op_type,
+            scope=scope.path,
+            from_version=since_version(node.op_type, source) or 0,
+            to_opset=target,
+            rule=_rule_name(conversion),
+            emitted=[n.op_type for n in conversion.nodes] or ["initializer"],
+            original=original,
+            replacement=conversion.nodes,
+            constants=conversion.constants,
+            from_opset=source,
+            input_types=self._input_types(node, scope),
+            input_values=self._input_values(node, scope),
+            steps=list(conversion.how),
+        )
+        self.report.rewrites.append(rewrite)
+        logger.debug("rewrote %s (%s-%d) in %s into %s", rewrite.node, node.op_type, rewrite.from_version,
+                     scope.path, rewrite.emitted)
+        if self.verifier is not None:
+            self.verifier(rewrite)
+        new_constants.extend(conversion.constants)
+        return conversion.nodes
 
     def _input_types(self, node: onnx.NodeProto, scope: Scope) -> dict[str, object]:
         """The types of ``node``'s inputs for its Rewrite record (the verifier's inputs).
@@ -138,127 +192,67 @@ class _Run:
             return {name: self.shapes.known(scope, name) for name in node.input if name}
         return {name: self.shapes.lookup(scope, name) for name in node.input if name}
 
-    def _foreign(self, node: onnx.NodeProto, scope: Scope, source: int, target: int) -> ForeignResult | None:
-        """Convert a node lowerer has no rule for: relabels where only types changed, else onnx's converter.
+    def _input_values(self, node: onnx.NodeProto, scope: Scope) -> dict[str, np.ndarray]:
+        """The constant inputs of ``node`` (the verifier feeds them as they are, not generated)."""
+        if self.verifier is None:
+            return {}
+        out = {}
+        for name in node.input:
+            if name and name not in out:
+                value = self.constants.value(scope, name)
+                if value is not None and value.size <= _FED_AS_IS_MAX and value.dtype != object:
+                    out[name] = value
+        return out
 
-        Downward, onnx's converter lacks the adapters of most type-only steps (ReduceMax 13 → 12),
-        and this module's relabels cannot do a step that changed structure (ReduceMax 18 → 13:
-        ``axes`` input to attribute). When a path needs both, the converter takes only the node's
-        own first step and each node it makes goes on from there, the same way.
-        """
-        # Type-only version steps are relabels (onnx's converter lacks most down adapters for them).
-        mid = relabel_opset(node, source, target, lambda name: self._elem_type(scope, name))
-        if mid == target:
-            return None
-        _refuse_attribute_references(node, scope, node.op_type, target)
-        try:
-            return self.foreign.convert(node, scope, mid, target)
-        except ConversionError as whole:
-            step = (since_version(node.op_type, mid) or 0) - 1  # just below the node's version at ``mid``
-            if target >= mid or step <= target:
-                raise
-            try:
-                first = self.foreign.convert(node, scope, mid, step)
-            except ConversionError:
-                raise whole from None
-        if first is None:  # onnx's converter relabels that step: go on from there
-            return self._foreign(node, scope, step, target)
-        nodes: list[onnx.NodeProto] = []
-        constants = list(first.constants)
-        for made in first.nodes:
-            rest = self._foreign(made, scope, step, target) if is_default_domain(made.domain) else None
-            if rest is None:
-                nodes.append(made)
-            else:
-                nodes.extend(rest.nodes)
-                constants.extend(rest.constants)
-        return ForeignResult(nodes, constants, rule=first.rule)
 
-    def _untouched_op(self, op_type: str, source: int, target: int) -> bool:
-        """Whether every default-domain ``op_type`` node is left as it is (no rule, same schema version).
+def _rule_name(conversion: Conversion) -> str:
+    """The report's rule name: the owned rule, else the adapters used, else ``version-steps``."""
+    rules = [h.split(": rule ", 1)[1] for h in conversion.how if ": rule " in h]
+    if rules:
+        return rules[0]
+    adapters = sorted({h.rsplit(": ", 1)[1] for h in conversion.how} - {"generic"})
+    return "+".join(adapters) if adapters else "version-steps"
 
-        Exactly the cases where :meth:`node` returns None without looking at the node.
-        """
-        if self._rule(op_type) is not None:
-            return False
-        if source == target or relabel_always(op_type, source, target):
-            return True
-        src_v = since_version(op_type, source)
-        return src_v is not None and src_v == since_version(op_type, target)
 
-    def _rule(self, op_type: str) -> Rule | None:
-        try:
-            return self._rules[op_type]
-        except KeyError:
-            rule = self._rules[op_type] = rule_for(op_type, self.decompose)
-            return rule
+def _constants_as_nodes(conversion: Conversion) -> Conversion:
+    """In a function (no initializers), constants become Constant nodes at the front."""
+    if not conversion.constants:
+        return conversion
+    made = [onnx.helper.make_node("Constant", [], [t.name], value=t) for t in conversion.constants]
+    return Conversion(made + conversion.nodes, [], conversion.how)
 
-    def subgraphs(self, node: onnx.NodeProto, scope: Scope) -> None:
-        for attr_name, graph in subgraphs_of(node):
-            label = node.name or node.op_type
-            self.scope(Scope(f"{scope.path}/{label}.{attr_name}", graph, scope.opset, scope.function))
 
-    def node(self, node: onnx.NodeProto, index: int, scope: Scope, source: int, target: int,
-             new_constants: list[onnx.TensorProto]) -> list[onnx.NodeProto] | None:
-        rule = self._rule(node.op_type)
-        if rule is None:
-            if source == target:
-                return None
-            result = self._foreign(node, scope, source, target)
-            if result is None:
-                return None
-            self.report.rewrites.append(Rewrite(
-                node=node.name or f"{node.op_type}#{index}",
-                op_type=node.op_type,
-                scope=scope.path,
-                from_version=since_version(node.op_type, source) or 0,
-                to_opset=target,
-                rule=result.rule,
-                emitted=[n.op_type for n in result.nodes] or ["initializer"],
-                from_opset=source,
-                reason=f"a non-owned op, converted by {result.rule}; per-rewrite verification covers the "
-                       "rules for owned ops: use --verify-model to run the whole models",
-            ))
-            new_constants.extend(result.constants)
-            return result.nodes
-        src_v = since_version(node.op_type, source)
-        if src_v is None or src_v not in rule.versions:
-            raise ConversionError(f"node {node.name or node.op_type!r} ({node.op_type}, in {scope.path}): "
-                                  f"opset {source} has no version of {node.op_type} lowerer knows")
-        key = (node.op_type, src_v, target)
-        wants = self._wants.get(key) if rule.decomposition is None else None
-        if wants is None:
-            wants = rule.wants(node, src_v, target, self.decompose)
-            if rule.decomposition is None:
-                self._wants[key] = wants
-        if not wants:
-            return None
-        _refuse_attribute_references(node, scope, f"{node.op_type}-{src_v}", target)
-        em = Emitter(node, scope, src_v, target, self.names, self.shapes, self.decompose)
-        rule.rewrite(em)
-        original = onnx.NodeProto()
-        original.CopyFrom(node)
-        rewrite = Rewrite(
-            node=node.name or f"{node.op_type}#{index}",
-            op_type=node.op_type,
-            scope=scope.path,
-            from_version=src_v,
-            to_opset=target,
-            rule=rule.name,
-            emitted=[n.op_type for n in em.nodes],
-            original=original,
-            replacement=em.nodes,
-            constants=em.constants,
-            from_opset=source,
-            input_types=self._input_types(node, scope),
-        )
-        self.report.rewrites.append(rewrite)
-        logger.debug("rewrote %s (%s-%d) in %s into %s", rewrite.node, node.op_type, src_v, scope.path,
-                     rewrite.emitted)
-        if self.verifier is not None:
-            self.verifier(rewrite)
-        new_constants.extend(em.constants)
-        return em.nodes
+def _static_dims(shapes: object, scope: Scope, name: str) -> list[int | None] | None:
+    from lowerer.shapes import ShapeIndex
+
+    assert isinstance(shapes, ShapeIndex)
+    vt = shapes.lookup(scope, name, lambda vt: vt[1] is not None and None not in vt[1])
+    return None if vt is None or vt[1] is None else list(vt[1])
+
+
+def _used_names(model: onnx.ModelProto) -> set[str]:
+    used: set[str] = set()
+
+    def graph(g: onnx.GraphProto) -> None:
+        used.update(o.name for o in g.output)
+        nodes(g.node)
+
+    def nodes(ns: Iterable[onnx.NodeProto]) -> None:
+        for n in ns:
+            used.update(n.input)
+            for a in n.attribute:
+                if a.type == onnx.AttributeProto.GRAPH:
+                    graph(a.g)
+                elif a.type == onnx.AttributeProto.GRAPHS:
+                    for g in a.graphs:
+                        graph(g)
+
+    graph(model.graph)
+    for f in model.functions:
+        used.update(f.output)
+        nodes(f.node)
+    used.discard("")
+    return used
 
 
 def run_pipeline(
@@ -271,10 +265,10 @@ def run_pipeline(
 ) -> Report:
     """Convert ``model`` in place to ``target_opset`` and apply the decompositions.
 
-    Only owned nodes and nodes whose op changes version are touched. Returns the report.
+    Only nodes whose op changes version (or is decomposed) are touched. Returns the report.
     ``serialized``, when the caller has it (the bytes the model was parsed from), saves work: no
-    scan for name collisions when no name can collide, no subgraph walk when no attribute holds a
-    graph, and shape inference (when a rule needs it) runs on those bytes without serializing.
+    scan for name collisions when no name can collide, and shape inference (when a step needs
+    it) runs on those bytes without serializing.
 
     Raises:
         InputError: bad options or a model lowerer cannot read.
@@ -284,10 +278,13 @@ def run_pipeline(
     if target_opset is not None:
         check_target_opset(target_opset)
     names = normalize_decompose(decompose)
-    run = _Run(model, target_opset, names, verifier, serialized)
-    run.report.source_opset = default_opset(model.opset_import)
+    source_opset = default_opset(model.opset_import)
     if target_opset is None and not names:
-        return run.report
+        report = Report(target_opset=None, decompose=())
+        report.source_opset = source_opset
+        return report
+    run = _Run(model, target_opset, names, verifier, serialized)
+    run.report.source_opset = source_opset
     # The scan makes many small objects and no reference cycles: the cyclic collector's full passes
     # over them cost time that grows faster than the model (about 12% at 200k nodes). Off meanwhile.
     collecting = gc.isenabled()
@@ -303,15 +300,14 @@ def run_pipeline(
         for function in model.functions:
             _set_default_opset(function.opset_import, target_opset, add=False)
     model.ir_version = choose_ir_version(model.ir_version, model.opset_import, bool(model.functions))
-    run.report.notes.append(f"foreign-op probes run: {run.foreign.probes}")
     return run.report
 
 
-def _refuse_attribute_references(node: onnx.NodeProto, scope: Scope, op: str, target: int) -> None:
+def refuse_attribute_references(node: onnx.NodeProto, scope: Scope, op: str, target: int) -> None:
     """Refuse to rewrite a node (in a function) whose attributes refer to the function's attributes.
 
     Such an attribute (``ref_attr_name``) has its value per call site, not in the node: a rule
-    or onnx's converter would read it as absent (axis 0 ...) and compute something else.
+    or step would read it as absent (axis 0 ...) and compute something else.
     """
     refs = [(a.name, a.ref_attr_name) for a in node.attribute if a.ref_attr_name]
     if refs:
@@ -320,7 +316,8 @@ def _refuse_attribute_references(node: onnx.NodeProto, scope: Scope, op: str, ta
         raise ConversionError(
             f"node {label} ({op}, in {scope.path}) cannot be converted to opset {target}: its attribute(s) "
             f"{listed} refer to the function's attributes, whose values come from each call; lowerer "
-            "converts only nodes with literal attribute values (inline the function or give literal values)")
+            "converts only nodes with literal attribute values (inline the function or give literal values)",
+            node=node, scope=scope.path)
 
 
 def _set_default_opset(imports: object, target: int, add: bool) -> None:

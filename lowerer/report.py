@@ -32,6 +32,8 @@ class Rewrite:
         constants: initializers the replacement needs (for verification; not serialized).
         from_opset: the default-domain opset of the original node's scope.
         input_types: element type and dims of each input of the original node, where known.
+        input_values: the constant inputs of the original node (verification feeds them as they are).
+        steps: how each version step was crossed (``ReduceSum 13 → 11: generic``), or the rule applied.
     """
 
     node: str
@@ -50,6 +52,8 @@ class Rewrite:
     constants: list[onnx.TensorProto] = field(default_factory=list, repr=False)
     from_opset: int = 0
     input_types: dict[str, Any] = field(default_factory=dict, repr=False)
+    input_values: dict[str, Any] = field(default_factory=dict, repr=False)
+    steps: list[str] = field(default_factory=list)
 
     def to_dict(self) -> dict[str, Any]:
         """The record as JSON-ready data."""
@@ -66,6 +70,7 @@ class Rewrite:
             "reason": self.reason,
             "provider": self.provider,
             "details": dict(self.details),
+            "steps": list(self.steps),
         }
 
 

@@ -1,4 +1,9 @@
-"""Where nodes live: the main graph, subgraphs (If/Loop/Scan bodies, nested) and local functions."""
+"""Where nodes live: the main graph, subgraphs (If/Loop/Scan bodies, nested) and local functions.
+
+A :class:`Scope` knows its enclosing scope and how to reach its graph from the root of its tree
+(the main graph, or a model-local function's body): the same path finds the matching graph in
+a shape-inferred copy of the model, so that a value's facts come from the scope that defines it.
+"""
 
 from __future__ import annotations
 
@@ -9,7 +14,10 @@ import onnx
 
 from lowerer.opsets import default_opset
 
-__all__ = ["Scope", "function_key", "iter_scopes", "subgraphs_of"]
+__all__ = ["Locator", "Scope", "find_graph", "function_key", "iter_scopes", "subgraphs_of"]
+
+#: How to reach a subgraph from its root: (node index, attribute name, graph index) per level.
+Locator = tuple[tuple[int, str, int], ...]
 
 
 @dataclass
@@ -21,17 +29,29 @@ class Scope:
         holder: the GraphProto or FunctionProto that owns ``holder.node``.
         opset: the default-domain opset in force for these nodes (before conversion).
         function: the enclosing model-local function, if any (values there have no global types).
+        parent: the enclosing scope (None for the main graph and function bodies).
+        locator: the way from the root of this scope's tree to ``holder`` (empty at a root).
     """
 
     path: str
     holder: onnx.GraphProto | onnx.FunctionProto
     opset: int | None
     function: onnx.FunctionProto | None = None
+    parent: Scope | None = None
+    locator: Locator = ()
 
     @property
     def graph(self) -> onnx.GraphProto | None:
         """The graph, when the scope is one (functions have no initializers)."""
         return self.holder if isinstance(self.holder, onnx.GraphProto) else None
+
+    def child(self, index: int, node: onnx.NodeProto, attr_name: str, position: int,
+              graph: onnx.GraphProto) -> Scope:
+        """The scope of ``graph``, held by attribute ``attr_name`` of ``node`` (at ``index`` in this scope)."""
+        label = node.name or node.op_type
+        shown = attr_name if position < 0 else f"{attr_name}[{position}]"
+        return Scope(f"{self.path}/{label}.{shown}", graph, self.opset, self.function, self,
+                     (*self.locator, (index, attr_name, max(position, 0))))
 
 
 def function_key(function: onnx.FunctionProto) -> str:
@@ -40,14 +60,37 @@ def function_key(function: onnx.FunctionProto) -> str:
     return f"{function.domain}.{function.name}{overload}"
 
 
-def subgraphs_of(node: onnx.NodeProto) -> Iterator[tuple[str, onnx.GraphProto]]:
-    """The (attribute name, graph) pairs of a node's graph-valued attributes."""
+def subgraphs_of(node: onnx.NodeProto) -> Iterator[tuple[str, int, onnx.GraphProto]]:
+    """The (attribute name, position, graph) triples of a node's graph-valued attributes.
+
+    ``position`` is -1 for a GRAPH attribute and the index within a GRAPHS attribute.
+    """
     for attr in node.attribute:
         if attr.type == onnx.AttributeProto.GRAPH:
-            yield attr.name, attr.g
+            yield attr.name, -1, attr.g
         elif attr.type == onnx.AttributeProto.GRAPHS:
             for i, g in enumerate(attr.graphs):
-                yield f"{attr.name}[{i}]", g
+                yield attr.name, i, g
+
+
+def find_graph(root: onnx.GraphProto, locator: Locator) -> onnx.GraphProto | None:
+    """The graph at ``locator`` below ``root`` (None when the structure does not match)."""
+    graph = root
+    for index, attr_name, position in locator:
+        if index >= len(graph.node):
+            return None
+        found = None
+        for attr in graph.node[index].attribute:
+            if attr.name != attr_name:
+                continue
+            if attr.type == onnx.AttributeProto.GRAPH:
+                found = attr.g
+            elif attr.type == onnx.AttributeProto.GRAPHS and position < len(attr.graphs):
+                found = attr.graphs[position]
+        if found is None:
+            return None
+        graph = found
+    return graph
 
 
 def iter_scopes(model: onnx.ModelProto) -> Iterator[Scope]:

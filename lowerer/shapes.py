@@ -1,4 +1,10 @@
-"""Types and shapes of values, from what the model states and, only when needed, shape inference."""
+"""Types and shapes of values, from what the model states and, only when needed, shape inference.
+
+Facts belong to scopes: a value's type and shape come from the scope that defines it (the
+graph where it is an input, an initializer or a node output, else the nearest enclosing one),
+so sibling subgraphs that reuse a name each see their own value. Shape inference results are
+found the same way, by the scope's locator in the inferred copy of the model.
+"""
 
 from __future__ import annotations
 
@@ -8,23 +14,18 @@ from collections.abc import Callable
 import onnx
 import onnx.shape_inference
 
-from lowerer.scopes import Scope, function_key
+from lowerer.scopes import Scope, find_graph, function_key
 
-__all__ = ["ShapeIndex", "ValueType"]
+__all__ = ["ShapeIndex", "ValueType", "type_string", "value_type"]
 
 logger = logging.getLogger(__name__)
 
 #: (element type, dims) where dims is None for unknown rank, and a dim is None when not static.
 ValueType = tuple[int, "list[int | None] | None"]
 
-_GRAPH = onnx.AttributeProto.GRAPH
-_GRAPHS = onnx.AttributeProto.GRAPHS
-#: How ``AttributeProto.type`` = GRAPH / GRAPHS is encoded (field 20, varint: tag 0xA0 0x01, then 5 / 10).
-#: Where neither byte string occurs in a serialized model, no attribute in it holds a graph.
-_GRAPH_TYPE_BYTES = (b"\xa0\x01\x05", b"\xa0\x01\x0a")
 
-
-def _value_type(tp: onnx.TypeProto) -> ValueType | None:
+def value_type(tp: onnx.TypeProto) -> ValueType | None:
+    """The (element type, dims) a TypeProto states, None when it is not a tensor type."""
     if not tp.HasField("tensor_type"):
         return None
     tt = tp.tensor_type
@@ -35,47 +36,101 @@ def _value_type(tp: onnx.TypeProto) -> ValueType | None:
     return (tt.elem_type, dims)
 
 
+def type_string(tp: onnx.TypeProto) -> str | None:
+    """The schema spelling of a type (``tensor(float)``, ``seq(tensor(int64))`` ...), None if unknown."""
+    kind = tp.WhichOneof("value")
+    if kind == "tensor_type":
+        elem = tp.tensor_type.elem_type
+        return None if elem == 0 else f"tensor({onnx.TensorProto.DataType.Name(elem).lower()})"
+    if kind == "sparse_tensor_type":
+        elem = tp.sparse_tensor_type.elem_type
+        return None if elem == 0 else f"sparse_tensor({onnx.TensorProto.DataType.Name(elem).lower()})"
+    if kind == "sequence_type":
+        inner = type_string(tp.sequence_type.elem_type)
+        return None if inner is None else f"seq({inner})"
+    if kind == "optional_type":
+        inner = type_string(tp.optional_type.elem_type)
+        return None if inner is None else f"optional({inner})"
+    if kind == "map_type":
+        value = type_string(tp.map_type.value_type)
+        key = onnx.TensorProto.DataType.Name(tp.map_type.key_type).lower()
+        return None if value is None else f"map({key}, {value})"
+    return None
+
+
 def _better_stated(old: ValueType | None, vt: ValueType) -> bool:
-    """Whether a later statement ``vt`` replaces ``old`` while collecting what a model states."""
-    return old is None or (old[1] is None and vt[1] is not None)
+    """Whether a later statement ``vt`` replaces ``old`` while collecting what a graph states."""
+    return old is None or (old[1] is None and vt[1] is not None) or (old[0] == 0 and vt[0] != 0)
 
 
 def _better_inferred(old: ValueType | None, vt: ValueType) -> bool:
     """Whether an inferred ``vt`` replaces what the model states (``old``)."""
-    return old is None or old[1] is None or (
-        vt[1] is not None and sum(d is None for d in vt[1]) < sum(d is None for d in old[1]))
+    if old is None or old[0] == 0 or old[1] is None:
+        return vt[0] != 0 or old is None
+    return vt[1] is not None and sum(d is None for d in vt[1]) < sum(d is None for d in old[1])
 
 
 class _Level:
-    """What one graph itself states (initializers, inputs, outputs, value_info), read on demand.
+    """What one graph (or function body) itself states about its values, read on demand.
 
-    :meth:`apply` gives exactly what collecting the statements in order would (an initializer
-    sets the type; then the first statement with a rank wins, else the first one), without
-    converting every value_info of a large graph up front.
+    :meth:`stated` gives what collecting the statements in order would (an initializer sets the
+    type; then the first statement with a rank wins, else the first one), without converting
+    every value_info of a large graph up front.
     """
 
-    def __init__(self, g: onnx.GraphProto) -> None:
-        self._inits = g.initializer
-        names = [t.name for t in self._inits]
-        self._init_index = dict(zip(names, range(len(names)), strict=True))  # the last one wins, as in order
+    def __init__(self, holder: onnx.GraphProto | onnx.FunctionProto) -> None:
+        self._holder = holder
         self._io: dict[str, ValueType] = {}
-        for vi in (*g.input, *g.output):
-            vt = _value_type(vi.type)
-            if vt is not None and _better_stated(self._io.get(vi.name), vt):
-                self._io[vi.name] = vt
-        self._infos = g.value_info
+        self._defined: frozenset[str] | None = None
+        if isinstance(holder, onnx.GraphProto):
+            self._inits = holder.initializer
+            names = [t.name for t in self._inits]
+            self._init_index = dict(zip(names, range(len(names)), strict=True))  # the last one wins, as in order
+            for vi in (*holder.input, *holder.output):
+                vt = value_type(vi.type)
+                if vt is not None and _better_stated(self._io.get(vi.name), vt):
+                    self._io[vi.name] = vt
+        else:
+            self._init_index = {}
+        self._infos = holder.value_info
         names = [vi.name for vi in self._infos]
         self._info_index = dict(zip(names, range(len(names)), strict=True))
         self._info_folded: dict[str, ValueType] | None = None
         if len(self._info_index) != len(names):  # a name stated twice: fold them all now
             self._info_folded = {}
             for vi in self._infos:
-                vt = _value_type(vi.type)
+                vt = value_type(vi.type)
                 if vt is not None and _better_stated(self._info_folded.get(vi.name), vt):
                     self._info_folded[vi.name] = vt
 
-    def apply(self, name: str, vt: ValueType | None) -> ValueType | None:
-        """``vt`` (what earlier graphs stated about ``name``) updated with this graph's statements."""
+    def defines(self, name: str) -> bool:
+        """Whether ``name`` is an input, initializer or node output of this graph (or function)."""
+        if self._defined is None:
+            holder = self._holder
+            names: set[str] = {o for n in holder.node for o in n.output}
+            if isinstance(holder, onnx.GraphProto):
+                names.update(v.name for v in holder.input)
+                names.update(t.name for t in holder.initializer)
+                names.update(s.values.name for s in holder.sparse_initializer)
+            else:
+                names.update(holder.input)
+            self._defined = frozenset(names)
+        return name in self._defined
+
+    def stated_proto(self, name: str) -> onnx.TypeProto | None:
+        """The TypeProto this graph states for ``name`` (inputs, outputs, value_info), or None."""
+        if isinstance(self._holder, onnx.GraphProto):
+            for vi in (*self._holder.input, *self._holder.output):
+                if vi.name == name and vi.type.WhichOneof("value"):
+                    return vi.type
+        j = self._info_index.get(name)
+        if j is not None and self._infos[j].type.WhichOneof("value"):
+            return self._infos[j].type
+        return None
+
+    def stated(self, name: str) -> ValueType | None:
+        """What this graph states about ``name`` (None when nothing)."""
+        vt: ValueType | None = None
         i = self._init_index.get(name)
         if i is not None:
             t = self._inits[i]
@@ -86,156 +141,173 @@ class _Level:
         if self._info_folded is not None:
             stated = self._info_folded.get(name)
         else:
-            i = self._info_index.get(name)
-            stated = None if i is None else _value_type(self._infos[i].type)
+            j = self._info_index.get(name)
+            stated = None if j is None else value_type(self._infos[j].type)
         if stated is not None and _better_stated(vt, stated):
             vt = stated
         return vt
 
 
-def _subgraphs(g: onnx.GraphProto) -> list[onnx.GraphProto]:
-    """The graphs held by ``g``'s nodes' attributes (one level down), in node order."""
-    found: list[onnx.GraphProto] = []
-    for n in g.node:
-        for a in n.attribute:
-            t = a.type
-            if t == _GRAPH:
-                found.append(a.g)
-            elif t == _GRAPHS:
-                found.extend(a.graphs)
-    return found
+class _Tree:
+    """The levels of one scope tree (the main graph's, or one function's), and its inferred twin."""
 
+    def __init__(self, root: onnx.GraphProto | onnx.FunctionProto) -> None:
+        self.root = root
+        self.levels: dict[tuple[object, ...], _Level] = {}
+        self.inferred_root: onnx.GraphProto | None = None
+        self.inferred_levels: dict[tuple[object, ...], _Level | None] = {}
+        self.inferred = False
 
-def _levels(main: onnx.GraphProto, walk: bool) -> list[_Level]:
-    """The graph and (with ``walk``) every graph below it, in the order their statements are read."""
-    levels = [_Level(main)]
-    if walk:
-        stack = _subgraphs(main)
-        while stack:  # depth first, last first
-            g = stack.pop()
-            levels.append(_Level(g))
-            stack.extend(_subgraphs(g))
-    return levels
+    def level(self, scope: Scope) -> _Level:
+        level = self.levels.get(scope.locator)
+        if level is None:
+            level = self.levels[scope.locator] = _Level(scope.holder)
+        return level
 
-
-def _fold(levels: list[_Level], name: str) -> ValueType | None:
-    vt: ValueType | None = None
-    for level in levels:
-        vt = level.apply(name, vt)
-    return vt
+    def inferred_level(self, scope: Scope) -> _Level | None:
+        if self.inferred_root is None:
+            return None
+        if scope.locator not in self.inferred_levels:
+            graph = self.inferred_root if not scope.locator else find_graph(self.inferred_root, scope.locator)
+            self.inferred_levels[scope.locator] = None if graph is None else _Level(graph)
+        return self.inferred_levels[scope.locator]
 
 
 class ShapeIndex:
-    """Looks up the element type and dims of a value by name within a scope.
+    """Looks up the element type and dims of a value by name, as seen from a scope.
 
-    Main-graph and subgraph values share one index (names are unique across them). Values in
-    model-local functions are looked up in the function's own ``value_info``. Shape inference
-    runs at most once, and only when a rule asks for a value the model does not describe; it
-    infers the model as it was given (``serialized``, when the caller has its bytes).
-
-    Statements are read lazily, one value at a time (a large graph's value_info is not converted
-    up front), and the subgraphs are walked only when the model may have some: with
-    ``serialized`` at hand, a byte search tells when no attribute holds a graph.
+    A name is resolved in the innermost scope (from ``scope`` outwards) that defines it; what
+    that scope's graph states is used, improved by shape inference when that is not ``enough``.
+    Shape inference runs at most once per model (and once per model-local function, from the
+    types its call sites pass in), only when a rule asks for a value the model does not
+    describe, and on the model as it was given (``serialized``: its bytes).
     """
 
     def __init__(self, model: onnx.ModelProto, serialized: bytes | None = None) -> None:
         self._model = model
-        self._serialized = serialized
-        #: False when the serialization shows that no attribute holds a graph: no subgraph walk then.
-        self._maybe_subgraphs = serialized is None or any(b in serialized for b in _GRAPH_TYPE_BYTES)
-        self._stated: list[_Level] | None = None
-        self._has_subgraphs = False
-        self._function_types: dict[str, dict[str, ValueType]] = {}
-        self._function_inferred: set[str] = set()
-        self._inferred = False
-        self._extra: list[_Level] | None = None
+        # Inference must see the model as given, not as partly rewritten: keep its bytes.
+        self._serialized: bytes | None = serialized
+        self._snapshot_needed = serialized is None
+        self._main = _Tree(model.graph)
+        self._functions: dict[str, _Tree] = {}
         self._cache: dict[str, ValueType | None] = {}
 
-    def _infer(self) -> None:
-        self._inferred = True
+    def snapshot(self) -> None:
+        """Keep the model's bytes for shape inference; call before the model is changed (when no bytes were given)."""
+        if self._snapshot_needed and self._serialized is None:
+            try:
+                self._serialized = self._model.SerializeToString()
+            except ValueError:  # over protobuf's 2 GiB limit: inference cannot run anyway
+                self._serialized = None
+        self._snapshot_needed = False
+
+    # -- inference ---------------------------------------------------------------------------
+    def _infer_main(self) -> None:
+        self._main.inferred = True
+        if self._serialized is None:
+            return
         logger.debug("running shape inference: a rule needs a type or shape the model does not state")
         try:
-            data = self._serialized if self._serialized is not None else self._model
-            inferred = onnx.shape_inference.infer_shapes(data, strict_mode=False, data_prop=True)
+            inferred = onnx.shape_inference.infer_shapes(self._serialized, strict_mode=False, data_prop=True)
         except Exception as e:  # inference is best effort: rules refuse when still unknown
             logger.debug("shape inference failed: %s", e)
             return
-        finally:
-            self._serialized = None
-        self._extra = _levels(inferred.graph, self._has_subgraphs)
+        self._main.inferred_root = inferred.graph
         self._cache.clear()
 
-    def _graph_lookup(self, name: str) -> ValueType | None:
-        try:
-            return self._cache[name]
-        except KeyError:
-            pass
-        if self._stated is None:
-            self._stated = _levels(self._model.graph, self._maybe_subgraphs)
-            self._has_subgraphs = len(self._stated) > 1
-        vt = _fold(self._stated, name)
-        if self._extra is not None:
-            new = _fold(self._extra, name)
-            if new is not None and _better_inferred(vt, new):
-                vt = new
-        self._cache[name] = vt
+    def _function_tree(self, function: onnx.FunctionProto) -> _Tree:
+        key = function_key(function)
+        tree = self._functions.get(key)
+        if tree is None:
+            tree = self._functions[key] = _Tree(function)
+        return tree
+
+    # -- lookups -----------------------------------------------------------------------------
+    def _resolve(self, tree: _Tree, scope: Scope, name: str) -> Scope:
+        """The innermost scope from ``scope`` outwards that defines ``name`` (the root when none does)."""
+        s = scope
+        while s.parent is not None and not tree.level(s).defines(name):
+            s = s.parent
+        return s
+
+    def _from(self, tree: _Tree, scope: Scope, name: str, with_inferred: bool) -> ValueType | None:
+        vt = tree.level(scope).stated(name)
+        if with_inferred:
+            inferred = tree.inferred_level(scope)
+            if inferred is not None:
+                new = inferred.stated(name)
+                if new is not None and _better_inferred(vt, new):
+                    vt = new
         return vt
 
     def known(self, scope: Scope, name: str) -> ValueType | None:
         """What :meth:`lookup` would give without running shape inference (stated, or already inferred)."""
         if scope.function is not None:
             return self.lookup(scope, name)
-        return self._graph_lookup(name)
+        return self._graph_lookup(scope, name)
+
+    def _graph_lookup(self, scope: Scope, name: str) -> ValueType | None:
+        if scope.parent is None:  # the main graph: the common case, cached
+            try:
+                return self._cache[name]
+            except KeyError:
+                vt = self._cache[name] = self._from(self._main, scope, name, True)
+                return vt
+        return self._from(self._main, self._resolve(self._main, scope, name), name, True)
 
     def lookup(
         self, scope: Scope, name: str, enough: Callable[[ValueType], bool] = lambda vt: True
     ) -> ValueType | None:
         """The (elem_type, dims) of ``name`` as seen from ``scope``, or None when unknown.
 
-        Shape inference runs (once per model) when what the model states is not ``enough``.
+        Shape inference runs (once per model or function) when what the model states is not ``enough``.
         """
         if scope.function is not None:
-            key = function_key(scope.function)
-            table = self._function_types.get(key)
-            if table is None:
-                table = {}
-                for vi in scope.function.value_info:
-                    vt = _value_type(vi.type)
-                    if vt is not None:
-                        table[vi.name] = vt
-                self._function_types[key] = table
-            vt = table.get(name)
-            if (vt is None or not enough(vt)) and key not in self._function_inferred:
-                # Not stated in the function: infer its body from the types its call sites pass in.
-                self._function_inferred.add(key)
-                for inner, inferred_vt in self._infer_function(scope.function).items():
-                    old = table.get(inner)
-                    if old is None or old[1] is None:
-                        table[inner] = inferred_vt
-                vt = table.get(name)
+            tree = self._function_tree(scope.function)
+            home = self._resolve(tree, scope, name)
+            vt = self._from(tree, home, name, True)
+            if (vt is None or not enough(vt)) and not tree.inferred:
+                tree.inferred = True
+                tree.inferred_root = self._infer_function(scope.function)
+                vt = self._from(tree, home, name, True)
             return vt
-        vt = self._graph_lookup(name)
-        if (vt is None or not enough(vt)) and not self._inferred:
-            self._infer()
-            vt = self._graph_lookup(name)
+        vt = self._graph_lookup(scope, name)
+        if (vt is None or not enough(vt)) and not self._main.inferred:
+            self._infer_main()
+            vt = self._graph_lookup(scope, name)
         return vt
 
+    def type_str(self, scope: Scope, name: str) -> str | None:
+        """The schema spelling of ``name``'s type (``tensor(float)``, ``seq(...)``), None when unknown."""
+        vt = self.lookup(scope, name, lambda vt: vt[0] != 0)
+        if vt is not None and vt[0] != 0:
+            return f"tensor({onnx.TensorProto.DataType.Name(vt[0]).lower()})"
+        tree = self._main if scope.function is None else self._function_tree(scope.function)
+        home = self._resolve(tree, scope, name)
+        for level in (tree.inferred_level(home), tree.level(home)):
+            tp = level.stated_proto(name) if level is not None else None
+            if tp is not None and (spelled := type_string(tp)) is not None:
+                return spelled
+        return None
+
+    # -- functions ---------------------------------------------------------------------------
     def _call_site_types(self, function: onnx.FunctionProto) -> list[ValueType | None] | None:
         """The input types of ``function`` merged over all its call sites (None if never called)."""
+        from lowerer.scopes import iter_scopes
+
         merged: list[ValueType | None] | None = None
         callers: list[tuple[Scope, onnx.NodeProto]] = []
 
         def walk(scope: Scope) -> None:
-            for node in scope.holder.node:
+            for index, node in enumerate(scope.holder.node):
                 if node.op_type == function.name and node.domain == function.domain \
                         and node.overload == function.overload:
                     callers.append((scope, node))
                 for attr in node.attribute:
                     graphs = [attr.g] if attr.type == onnx.AttributeProto.GRAPH else list(attr.graphs)
-                    for g in graphs:
-                        walk(Scope(scope.path, g, scope.opset, scope.function))
-
-        from lowerer.scopes import iter_scopes
+                    for position, g in enumerate(graphs):
+                        walk(scope.child(index, node, attr.name, position if attr.type != onnx.AttributeProto.GRAPH
+                                         else -1, g))
 
         for scope in iter_scopes(self._model):
             if scope.function is not function:
@@ -245,11 +317,11 @@ class ShapeIndex:
             merged = types if merged is None else [_merge(a, b) for a, b in zip(merged, types, strict=False)]
         return merged
 
-    def _infer_function(self, function: onnx.FunctionProto) -> dict[str, ValueType]:
-        """Types of a function's values, inferred from the types its call sites pass in."""
+    def _infer_function(self, function: onnx.FunctionProto) -> onnx.GraphProto | None:
+        """The function's body as a graph with inferred value_info, from the types its call sites pass in."""
         inputs = self._call_site_types(function)
         if not inputs or any(t is None for t in inputs[: len(function.input)]):
-            return {}
+            return None
         graph_inputs = []
         for k, (name, vt) in enumerate(zip(function.input, inputs, strict=False)):
             assert vt is not None
@@ -267,15 +339,13 @@ class ShapeIndex:
             inferred = onnx.shape_inference.infer_shapes(model, strict_mode=False)
         except Exception as e:  # attribute references and the like: best effort only
             logger.debug("shape inference of function %s failed: %s", function.name, e)
-            return {}
-        out: dict[str, ValueType] = {}
-        for vi in (*inferred.graph.value_info, *inferred.graph.output):
-            if (vt := _value_type(vi.type)) is not None:
-                out[vi.name] = vt
-        for name in function.input:
-            out.pop(name, None)
-        out.update({vi.name: vt for vi in graph_inputs if (vt := _value_type(vi.type)) is not None})
-        return out
+            return None
+        result = inferred.graph
+        # The call sites' input types count as stated for the body's inputs (first: they win).
+        found = list(result.value_info)
+        del result.value_info[:]
+        result.value_info.extend([*graph_inputs, *found])
+        return result
 
 
 def _merge(a: ValueType | None, b: ValueType | None) -> ValueType | None:

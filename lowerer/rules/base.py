@@ -14,9 +14,9 @@ from lowerer.errors import ConversionError
 from lowerer.opsets import since_version
 
 if TYPE_CHECKING:
+    from lowerer.facts import Facts
     from lowerer.naming import NameGenerator
     from lowerer.scopes import Scope
-    from lowerer.shapes import ShapeIndex
 
 __all__ = ["Emitter", "Rule", "attr", "normalize_axis"]
 
@@ -53,11 +53,12 @@ def normalize_axis(axis: int, rank: int) -> int:
 
 
 class Emitter:
-    """Builds replacement nodes for one node, valid at the scope's target opset.
+    """Builds replacement nodes for one node, valid at the opset ``opset``.
 
-    Rules ask it for facts about the node's inputs (type, rank, static dims), create nodes
-    with fresh, collision-free names, and make constants (initializers in graphs, Constant
-    nodes in functions).
+    Rules and step adapters ask it for facts about the node's inputs (type, rank, static dims,
+    constant values), create nodes with fresh, collision-free names (carrying the original
+    node's ``metadata_props``), and make constants (initializers in graphs, Constant nodes in
+    functions).
     """
 
     def __init__(
@@ -67,8 +68,8 @@ class Emitter:
         source_version: int,
         opset: int,
         names: NameGenerator,
-        shapes: ShapeIndex,
-        decompose: frozenset[str],
+        facts: Facts,
+        decompose: frozenset[str] = frozenset(),
     ) -> None:
         self.node = node
         self.scope = scope
@@ -76,8 +77,8 @@ class Emitter:
         #: The default-domain opset the replacement must be valid at.
         self.opset = opset
         self.decompose = decompose
+        self.facts = facts
         self._names = names
-        self._shapes = shapes
         self.nodes: list[onnx.NodeProto] = []
         self.constants: list[onnx.TensorProto] = []
 
@@ -88,18 +89,19 @@ class Emitter:
 
     def elem_type(self, name: str) -> int | None:
         """The element type of value ``name``, or None when unknown."""
-        vt = self._shapes.lookup(self.scope, name, lambda vt: vt[0] != 0)
-        return vt[0] if vt is not None and vt[0] != 0 else None
+        return self.facts.elem_type(name)
 
     def rank(self, name: str) -> int | None:
         """The rank of value ``name``, or None when unknown."""
-        vt = self._shapes.lookup(self.scope, name, lambda vt: vt[1] is not None)
-        return None if vt is None or vt[1] is None else len(vt[1])
+        return self.facts.rank(name)
 
     def dims(self, name: str) -> list[int | None] | None:
         """The dims of value ``name`` (None for a dynamic dim), or None when the rank is unknown."""
-        vt = self._shapes.lookup(self.scope, name, lambda vt: vt[1] is not None and None not in vt[1])
-        return None if vt is None or vt[1] is None else list(vt[1])
+        return self.facts.dims(name)
+
+    def constant(self, name: str) -> np.ndarray | None:
+        """The constant value of input ``name`` (see :mod:`lowerer.constants`), or None."""
+        return self.facts.value(name)
 
     def require_rank(self, name: str, why: str) -> int:
         """The rank of ``name``, or a refusal saying ``why`` it is needed."""
@@ -125,7 +127,8 @@ class Emitter:
         label = n.name or f"<unnamed {n.op_type}>"
         raise ConversionError(
             f"node {label!r} ({n.op_type}-{self.source_version}, in {self.scope.path}) "
-            f"cannot be converted to opset {self.opset}: {reason}"
+            f"cannot be converted to opset {self.opset}: {reason}",
+            node=n, scope=self.scope.path,
         )
 
     # -- building ----------------------------------------------------------------------------
@@ -138,13 +141,19 @@ class Emitter:
         base = self.node.output[0] if self.node.output else op_type
         outs = list(outputs) if outputs is not None else [self.fresh(f"{base}_{op_type}")]
         node_name = self._names.fresh(f"{self.node.name or self.node.op_type}/{op_type}")
-        self.nodes.append(_make_node(op_type, list(inputs), outs, node_name, attrs))
+        made = _make_node(op_type, list(inputs), outs, node_name, attrs)
+        if self.node.metadata_props:
+            made.metadata_props.extend(self.node.metadata_props)
+        self.nodes.append(made)
+        self.facts.add_node(made, self.opset)
         return outs[0]
 
     def const(self, value: np.ndarray, hint: str = "const") -> str:
         """A constant value: an initializer in a graph, a Constant node in a function."""
         name = self.fresh(f"{self.node.output[0] if self.node.output else 'c'}_{hint}")
-        tensor = numpy_helper.from_array(np.asarray(value), name)
+        array = np.asarray(value)
+        tensor = numpy_helper.from_array(array, name)
+        self.facts.add_constant(name, array, tensor.data_type)
         if self.scope.graph is not None:
             self.constants.append(tensor)
             return name

@@ -65,12 +65,18 @@ class _Canon:
         assert rewrite.original is not None
         self._rewrite = rewrite
         names: dict[str, str] = {}
-        self.inputs: list[tuple[str, str]] = []  # (canonical, original name)
+        self.inputs: list[tuple[str, str]] = []  # (canonical, original name): generated inputs
+        #: Constant inputs of the original: (canonical, original name, value), fed as they are.
+        self.fixed: list[tuple[str, str, np.ndarray]] = []
         self.outputs: list[tuple[str, str]] = []
         for i, n in enumerate(rewrite.original.input):
             if n and n not in names:
                 names[n] = f"in{i}"
-                self.inputs.append((names[n], n))
+                value = rewrite.input_values.get(n)
+                if value is None:
+                    self.inputs.append((names[n], n))
+                else:
+                    self.fixed.append((names[n], n, np.asarray(value)))
         for i, n in enumerate(rewrite.original.output):
             if n:
                 names.setdefault(n, f"out{i}")
@@ -81,10 +87,18 @@ class _Canon:
             vt = rewrite.input_types.get(orig_name)
             types.append(None if vt is None else (int(vt[0]), None if vt[1] is None else tuple(vt[1])))
         parts: list[object] = [rewrite.from_opset, rewrite.from_version, rewrite.to_opset, tuple(types)]
+        parts += [(c, str(v.dtype), v.shape, v.tobytes()) for c, _, v in self.fixed]
         parts += [self._node_key(n) for n in (rewrite.original, *rewrite.replacement)]
         parts += [self._tensor(t).SerializeToString(deterministic=True) for t in rewrite.constants]
         #: Hashable; equal for rewrites that are the same check.
         self.key: tuple[object, ...] = tuple(parts)
+
+    @functools.cached_property
+    def fixed_tensors(self) -> list[onnx.TensorProto]:
+        """The constant inputs as initializers, canonical names."""
+        from onnx import numpy_helper
+
+        return [numpy_helper.from_array(v, c) for c, _, v in self.fixed if v.dtype != object]
 
     def rename(self, n: str) -> str:
         """The canonical name of value ``n``."""
@@ -268,7 +282,7 @@ class RewriteVerifier:
         if missing:
             return CheckResult("failed", "replacement does not produce every output", "structure",
                                failure=f"the replacement does not produce output(s) {missing}")
-        known = {c for c, _ in canon.inputs} | {t.name for t in canon.constants}
+        known = {c for c, _ in canon.inputs} | {t.name for t in canon.constants} | {c for c, _, _ in canon.fixed}
         free: list[str] = []
         for n in canon.replacement:
             free += [i for i in n.input if i and i not in known]
@@ -347,8 +361,9 @@ class RewriteVerifier:
                      elems: list[int], combos: list[tuple[tuple[int, ...], ...]]) -> CheckResult:
         in_specs = [(c, e, d) for (c, _, d), e in zip(specs, elems, strict=True)]
         outputs = [c for c, _ in canon.outputs]
-        orig_model = small_model([canon.original], [], in_specs, outputs, rewrite.from_opset)
-        repl_model = small_model(canon.replacement, canon.constants, in_specs, outputs, rewrite.to_opset)
+        fixed = canon.fixed_tensors
+        orig_model = small_model([canon.original], fixed, in_specs, outputs, rewrite.from_opset)
+        repl_model = small_model(canon.replacement, [*fixed, *canon.constants], in_specs, outputs, rewrite.to_opset)
         dtypes = [reference.np_dtype(e) for e in elems]
         orig = self._engine(orig_model, rewrite.from_opset, dtypes, "original")
         if isinstance(orig, str):
@@ -367,7 +382,7 @@ class RewriteVerifier:
         rng = np.random.default_rng([self.seed, zlib.crc32(repr(canon.key).encode())])
         names = [c for c, _, _ in in_specs]
         orig_names = dict(canon.inputs)
-        kinds = [k for k in kinds_for(elems[0]) if all(k in kinds_for(e) for e in elems)]
+        kinds = [k for k in kinds_for(elems[0]) if all(k in kinds_for(e) for e in elems)] if elems else ['normal']
         used_sets: list[str] = []
         skipped: list[str] = []
         nan_notes: list[str] = []

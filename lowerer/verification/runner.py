@@ -16,7 +16,7 @@ import onnx
 from lowerer import reference
 from lowerer.verification.providers import CPU
 
-__all__ = ["Engine", "OrtEngine", "ReferenceEngine", "SessionMaker"]
+__all__ = ["Engine", "OrtEngine", "ReferenceEngine", "SessionMaker", "quiet_session_options"]
 
 _BF16 = np.dtype(ml_dtypes.bfloat16)
 
@@ -82,6 +82,18 @@ class ReferenceEngine:
         return reference.evaluate(self.nodes, self.opset, {**self.constants, **feeds}, self.outputs)
 
 
+def quiet_session_options() -> Any:
+    """onnxruntime session options for checks: no graph optimizations, one thread, no log output."""
+    import onnxruntime as ort
+
+    so = ort.SessionOptions()
+    so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
+    so.intra_op_num_threads = 1
+    so.inter_op_num_threads = 1
+    so.log_severity_level = 4
+    return so
+
+
 class SessionMaker:
     """Creates lean onnxruntime sessions (no graph optimizations, one thread, no profiling) and counts them."""
 
@@ -91,12 +103,7 @@ class SessionMaker:
         self._ort: Any = None
 
     def _options(self, strict: bool = False, profile: bool = False) -> Any:
-        ort = self._ort
-        so = ort.SessionOptions()
-        so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
-        so.intra_op_num_threads = 1
-        so.inter_op_num_threads = 1
-        so.log_severity_level = 4
+        so = quiet_session_options()
         if strict:
             so.add_session_config_entry("session.disable_cpu_ep_fallback", "1")
         if profile:

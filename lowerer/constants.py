@@ -1,0 +1,175 @@
+"""Constant values of a scope: what a conversion may bake into an attribute.
+
+A value is constant when it is an initializer that is not also a graph input (a caller may
+feed those, so their stored value is only a default), the output of a Constant node (any of its
+``value*`` forms), or the output of a small shape computation whose inputs are all constant
+(folded here: ``Shape`` of a statically shaped value, ``Gather``, ``Concat``, ``Unsqueeze`` ...).
+Tensors in external data are never read, so they do not count as constants.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+
+import numpy as np
+import onnx
+from onnx import numpy_helper
+
+from lowerer.scopes import Scope
+
+__all__ = ["ConstantIndex", "constant_node_value", "MAX_FOLDED_ELEMENTS"]
+
+logger = logging.getLogger(__name__)
+
+#: Larger results are not folded (shape arithmetic is small; weights are not recomputed here).
+MAX_FOLDED_ELEMENTS = 4096
+
+#: Ops whose outputs are folded when their inputs are constant (integer shape arithmetic mostly).
+_FOLDABLE = frozenset({
+    "Identity", "Cast", "Gather", "Concat", "Unsqueeze", "Squeeze", "Reshape", "Slice", "Add", "Sub", "Mul",
+    "Div", "Neg", "Abs", "Range", "ConstantOfShape", "Equal", "Where", "Expand", "Max", "Min", "ReduceProd",
+    "ReduceSum", "ReduceMax", "ReduceMin", "Size", "Not", "Less", "Greater", "Flatten", "Transpose",
+})
+
+
+def constant_node_value(node: onnx.NodeProto) -> np.ndarray | None:
+    """The value a Constant node produces, for each of its forms (None for external or sparse data)."""
+    for a in node.attribute:
+        if a.name == "value":
+            if a.t.data_location == onnx.TensorProto.EXTERNAL:
+                return None
+            return numpy_helper.to_array(a.t)
+        if a.name == "value_float":
+            return np.array(a.f, dtype=np.float32)
+        if a.name == "value_floats":
+            return np.array(list(a.floats), dtype=np.float32)
+        if a.name == "value_int":
+            return np.array(a.i, dtype=np.int64)
+        if a.name == "value_ints":
+            return np.array(list(a.ints), dtype=np.int64)
+        if a.name == "value_string":
+            return np.array(a.s.decode("utf-8", "replace"), dtype=object)
+        if a.name == "value_strings":
+            return np.array([s.decode("utf-8", "replace") for s in a.strings], dtype=object)
+    return None
+
+
+class _ScopeConstants:
+    """One scope's initializers, Constant nodes and producers, indexed on first use."""
+
+    def __init__(self, scope: Scope, fed: frozenset[str]) -> None:
+        self.tensors: dict[str, onnx.TensorProto] = {}
+        self.nodes: dict[str, onnx.NodeProto] = {}
+        graph = scope.graph
+        if graph is not None:
+            for t in graph.initializer:
+                if t.name not in fed:
+                    self.tensors[t.name] = t
+        for node in scope.holder.node:
+            for o in node.output:
+                if o:
+                    self.nodes[o] = node
+        self.values: dict[str, np.ndarray | None] = {}
+
+
+class ConstantIndex:
+    """Looks up the constant value of a value name as seen from a scope (None when not constant).
+
+    Args:
+        model: the model (its main graph's inputs are the values a caller may feed).
+        dims_of: the static dims of a value in a scope (for folding ``Shape``), None when unknown.
+    """
+
+    def __init__(self, model: onnx.ModelProto, dims_of: Callable[[Scope, str], list[int | None] | None]) -> None:
+        self._fed = frozenset(vi.name for vi in model.graph.input)
+        self._dims_of = dims_of
+        self._scopes: dict[int, _ScopeConstants] = {}
+
+    def _table(self, scope: Scope) -> _ScopeConstants:
+        key = id(scope.holder)
+        table = self._scopes.get(key)
+        if table is None:
+            fed = self._fed if scope.parent is None and scope.function is None else frozenset()
+            if scope.graph is not None and scope.parent is not None:
+                fed = frozenset(vi.name for vi in scope.graph.input)  # a body's inputs are fed by its op
+            table = self._scopes[key] = _ScopeConstants(scope, fed)
+        return table
+
+    def value(self, scope: Scope, name: str, depth: int = 0) -> np.ndarray | None:
+        """The constant value of ``name`` in ``scope`` (or an enclosing one), or None.
+
+        ``depth`` counts the folding recursion (a limit keeps long chains cheap).
+        """
+        if not name:
+            return None
+        s: Scope | None = scope
+        while s is not None:
+            table = self._table(s)
+            if name in table.values:
+                return table.values[name]
+            if name in table.tensors or name in table.nodes:
+                value = self._compute(s, table, name, depth)
+                table.values[name] = value
+                return value
+            if s.graph is not None and any(vi.name == name for vi in s.graph.input):
+                return None  # a graph input (fed at run time), shadowing anything outside
+            s = s.parent
+        return None
+
+    def _compute(self, scope: Scope, table: _ScopeConstants, name: str, depth: int) -> np.ndarray | None:
+        tensor = table.tensors.get(name)
+        if tensor is not None:
+            if tensor.data_location == onnx.TensorProto.EXTERNAL:
+                return None
+            return numpy_helper.to_array(tensor)
+        node = table.nodes[name]
+        if node.domain not in ("", "ai.onnx"):
+            return None
+        if node.op_type == "Constant":
+            return constant_node_value(node)
+        if depth > 16 or (node.op_type not in _FOLDABLE and node.op_type != "Shape"):
+            return None
+        if node.op_type == "Shape":
+            dims = self._dims_of(scope, node.input[0])
+            if dims is None or None in dims:
+                return None
+            full = np.array(dims, dtype=np.int64)
+            start = next((a.i for a in node.attribute if a.name == "start"), 0)
+            end = next((a.i for a in node.attribute if a.name == "end"), None)
+            return full[slice(start, end)]
+        inputs: list[np.ndarray | None] = []
+        for i in node.input:
+            if not i:
+                inputs.append(None)
+                continue
+            v = self.value(scope, i, depth + 1)
+            if v is None or v.size > MAX_FOLDED_ELEMENTS:
+                return None
+            inputs.append(v)
+        return _fold(node, inputs, scope.opset, list(node.output).index(name))
+
+
+def _fold(node: onnx.NodeProto, inputs: list[np.ndarray | None], opset: int | None, index: int) -> np.ndarray | None:
+    """Evaluate one node on constant inputs with onnx's reference evaluator (None when that fails)."""
+    if opset is None or any(v is not None and v.dtype == object for v in inputs):
+        return None
+    from onnx import helper
+    from onnx.reference import ReferenceEvaluator
+
+    names = [f"i{k}" if v is not None else "" for k, v in enumerate(inputs)]
+    probe = helper.make_node(node.op_type, names, [f"o{k}" for k in range(len(node.output))])
+    probe.attribute.extend(node.attribute)
+    graph = helper.make_graph(
+        [probe], "fold",
+        [helper.make_tensor_value_info(n, helper.np_dtype_to_tensor_dtype(v.dtype), list(v.shape))
+         for n, v in zip(names, inputs, strict=True) if v is not None],
+        [onnx.ValueInfoProto(name=f"o{k}") for k in range(len(node.output))])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)])
+    try:
+        out = ReferenceEvaluator(model).run(None, {n: v for n, v in zip(names, inputs, strict=True) if v is not None})
+    except Exception as e:  # folding is best effort: not constant then
+        logger.debug("could not fold %s: %s", node.op_type, e)
+        return None
+    result = np.asarray(out[index])
+    return result if result.size <= MAX_FOLDED_ELEMENTS else None

@@ -1,0 +1,143 @@
+"""What is known about values while one node is converted: types, shapes and constant values.
+
+The model's own values are looked up through the run's :class:`~lowerer.shapes.ShapeIndex` and
+:class:`~lowerer.constants.ConstantIndex`, as seen from the node's scope. Values the conversion
+itself creates (the outputs of emitted nodes, new constants) are known here: their types are
+inferred from the emitting node with onnx's per-node inference, on demand.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+
+import numpy as np
+import onnx
+import onnx.shape_inference
+
+from lowerer.constants import ConstantIndex
+from lowerer.opsets import since_version
+from lowerer.scopes import Scope
+from lowerer.shapes import ShapeIndex, ValueType, type_string, value_type
+
+__all__ = ["Facts"]
+
+logger = logging.getLogger(__name__)
+
+
+class Facts:
+    """Types, dims and constant values of values as seen from ``scope``, including new ones."""
+
+    def __init__(self, scope: Scope, shapes: ShapeIndex, constants: ConstantIndex,
+                 used: Callable[[str], bool] = lambda name: True) -> None:
+        self.scope = scope
+        self._used = used
+        self._shapes = shapes
+        self._constants = constants
+        self._types: dict[str, ValueType] = {}
+        self._values: dict[str, np.ndarray] = {}
+        self._producers: dict[str, tuple[onnx.NodeProto, int]] = {}
+        self._spelled: dict[str, str] = {}
+
+    # -- new values --------------------------------------------------------------------------
+    def add_constant(self, name: str, value: np.ndarray, elem_type: int) -> None:
+        """Record a constant the conversion made."""
+        self._values[name] = value
+        self._types[name] = (elem_type, list(value.shape))
+
+    def add_node(self, node: onnx.NodeProto, opset: int) -> None:
+        """Record a node the conversion made (valid at ``opset``): its outputs' types are inferred on demand."""
+        for o in node.output:
+            if o:
+                self._producers[o] = (node, opset)
+
+    def is_new(self, name: str) -> bool:
+        """Whether the conversion made ``name``."""
+        return name in self._values or name in self._producers
+
+    # -- lookups -----------------------------------------------------------------------------
+    def type_of(self, name: str, enough: Callable[[ValueType], bool] = lambda vt: True) -> ValueType | None:
+        """(element type, dims) of ``name``, or None when unknown."""
+        vt = self._types.get(name)
+        if vt is not None:
+            return vt
+        made = self._producers.get(name)
+        if made is not None:
+            return self._infer(name, *made)
+        return self._shapes.lookup(self.scope, name, enough)
+
+    def known_type(self, name: str) -> ValueType | None:
+        """Like :meth:`type_of` without running shape inference over the model."""
+        if name in self._types or name in self._producers:
+            return self.type_of(name)
+        return self._shapes.known(self.scope, name)
+
+    def elem_type(self, name: str) -> int | None:
+        """The element type of ``name`` (None when unknown)."""
+        vt = self.type_of(name, lambda vt: vt[0] != 0)
+        return vt[0] if vt is not None and vt[0] != 0 else None
+
+    def rank(self, name: str) -> int | None:
+        """The rank of ``name`` (None when unknown)."""
+        vt = self.type_of(name, lambda vt: vt[1] is not None)
+        return None if vt is None or vt[1] is None else len(vt[1])
+
+    def dims(self, name: str) -> list[int | None] | None:
+        """The dims of ``name`` (None for a dynamic dim), or None when the rank is unknown."""
+        vt = self.type_of(name, lambda vt: vt[1] is not None and None not in vt[1])
+        return None if vt is None or vt[1] is None else list(vt[1])
+
+    def value(self, name: str) -> np.ndarray | None:
+        """The constant value of ``name`` (None when it is not a constant)."""
+        if not name:
+            return None
+        if name in self._values:
+            return self._values[name]
+        if name in self._producers:
+            return None
+        return self._constants.value(self.scope, name)
+
+    def type_str(self, name: str) -> str | None:
+        """The schema spelling of ``name``'s type (``tensor(float)``, ``seq(tensor(int64))``), or None."""
+        if name in self._types or name in self._producers:
+            vt = self.type_of(name)
+            if vt is not None and vt[0] != 0:
+                return f"tensor({onnx.TensorProto.DataType.Name(vt[0]).lower()})"
+            return self._spelled.get(name)
+        return self._shapes.type_str(self.scope, name)
+
+    def is_used(self, name: str) -> bool:
+        """Whether anything reads value ``name`` (a node anywhere, or a graph or function output)."""
+        return self._used(name)
+
+    def _infer(self, name: str, node: onnx.NodeProto, opset: int) -> ValueType | None:
+        inputs: dict[str, onnx.TypeProto] = {}
+        for i in node.input:
+            if not i or i in inputs:
+                continue
+            vt = self.type_of(i)
+            if vt is None or vt[0] == 0:
+                return None
+            inputs[i] = onnx.helper.make_tensor_type_proto(vt[0], None if vt[1] is None else list(vt[1]))
+        data = {}
+        for i in node.input:
+            v = self._values.get(i) if i else None
+            if v is not None and v.dtype != object:
+                data[i] = onnx.numpy_helper.from_array(v, i)
+        version = since_version(node.op_type, opset, node.domain)
+        if version is None:
+            return None
+        try:
+            schema = onnx.defs.get_schema(node.op_type, opset, node.domain)
+            out = onnx.shape_inference.infer_node_outputs(
+                schema, node, inputs, data, opset_imports=[onnx.helper.make_opsetid(node.domain, opset)])
+        except Exception as e:  # best effort
+            logger.debug("per-node inference of %s failed: %s", node.op_type, e)
+            return None
+        for o, tp in out.items():
+            vt = value_type(tp)
+            if vt is not None:
+                self._types[o] = vt
+            elif (spelled := type_string(tp)) is not None:
+                self._spelled[o] = spelled
+        return self._types.get(name)

@@ -1,0 +1,69 @@
+"""Version-step adapters for elementwise ops: legacy broadcasting (version 7) and Gemm's C.
+
+* Binary ops 1/6 → 7 (up): ``broadcast=1`` with ``axis`` aligned the second input's dims at
+  ``axis`` of the first's; numpy broadcasting aligns them at the end. When ``axis`` is not
+  ``rank(A) - rank(B)``, ``B`` gets trailing size-1 dims (``Unsqueeze``) first. Without
+  ``broadcast=1`` the shapes were equal, which numpy broadcasting keeps.
+* ``Gemm`` 11 → 9: C became optional at 11; Gemm-9 gets C = -0.0 (or +0.0 when ``beta`` < 0), so
+  that ``beta * C`` is -0.0 and adding it changes no value, the sign of a zero included (0 for
+  integer types).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from lowerer.reference import np_dtype
+from lowerer.rules.base import Emitter
+from lowerer.steps import generic
+from lowerer.steps.changes import AttrRemoved, OptionalInput, Step
+from lowerer.steps.generic import attribute_value, remove_attribute
+from lowerer.steps.registry import DOWN, UP, adapter
+
+__all__ = ["binary_legacy_broadcast_up", "gemm_11_9"]
+
+#: Ops whose version 7 replaced ``broadcast``/``axis`` by numpy-style broadcasting.
+LEGACY_BROADCAST_OPS = ("Add", "Sub", "Mul", "Div", "Pow", "And", "Or", "Xor", "Equal", "Greater", "Less")
+
+
+@adapter(LEGACY_BROADCAST_OPS, 7, UP)
+def binary_legacy_broadcast_up(em: Emitter, step: Step, direction: str) -> None:
+    """``broadcast``/``axis`` → numpy broadcasting, with ``Unsqueeze`` where the alignment differs."""
+    node = generic.copy_of(em.node)
+    broadcast = attribute_value(node, "broadcast")
+    axis = attribute_value(node, "axis")
+    remove_attribute(node, "broadcast")
+    remove_attribute(node, "axis")
+    if broadcast and axis is not None:
+        a, b = node.input[0], node.input[1]
+        rank_a, rank_b = em.rank(a), em.rank(b)
+        if rank_a is None or rank_b is None:
+            em.refuse(f"broadcast=1 with axis={axis} aligns {b!r} at that axis of {a!r}; making that numpy-style "
+                      "needs both ranks, and one is unknown (add shape information)")
+        start = int(axis) + rank_a if int(axis) < 0 else int(axis)  # type: ignore[call-overload]
+        trailing = rank_a - start - rank_b
+        if trailing < 0:
+            em.refuse(f"axis={axis} does not fit a second input of rank {rank_b} into a first of rank {rank_a}")
+        if trailing > 0:
+            node.input[1] = em.op("Unsqueeze", [b], axes=list(range(rank_b, rank_b + trailing)))
+    generic.cross(em, step, direction, node, handled=(AttrRemoved,))
+
+
+@adapter("Gemm", 11, DOWN)
+def gemm_11_9(em: Emitter, step: Step, direction: str) -> None:
+    """A missing C becomes a constant signed zero that adds nothing."""
+    node = generic.copy_of(em.node)
+    if len(node.input) < 3 or not node.input[2]:
+        elem = em.elem_type(node.input[0])
+        if elem is None:
+            em.refuse("C is optional from Gemm-11 only, and the zero that replaces it needs the type of A, "
+                      "which is unknown (add type information)")
+        dtype = np_dtype(elem)
+        beta = attribute_value(node, "beta")
+        negative = beta is not None and float(beta) < 0  # type: ignore[arg-type]
+        zero = np.array(0.0 if negative else -0.0, dtype=dtype) if dtype.kind == "f" else np.array(0, dtype=dtype)
+        while len(node.input) < 3:
+            node.input.append("")
+        node.input[2] = em.const(zero, "C")
+    generic.cross(em, step, direction, node, handled=(OptionalInput,))
+

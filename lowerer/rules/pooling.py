@@ -1,0 +1,3 @@
+"""Version-step adapters: pooling."""
+
+from __future__ import annotations

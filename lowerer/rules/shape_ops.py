@@ -1,0 +1,175 @@
+"""Version-step adapters for the shape ops: Reshape, Shape, Split, Slice, Pad.
+
+Each adapter crosses one step exactly, or refuses. The generic handling of the step's other
+changes (types, constant inputs to attributes ...) is left to :func:`lowerer.steps.generic.cross`.
+
+* ``Reshape`` 14 → 13: ``allowzero=1`` means the same as Reshape-13 unless the shape holds a 0
+  (then the output is an empty tensor of exactly that shape); when that cannot be ruled out, an
+  ``If`` on ``min(|shape|) == 0`` gives ``ConstantOfShape(shape)`` (empty) or the Reshape.
+* ``Shape`` 15 → 13: ``start``/``end`` become a ``Slice`` of the whole shape (same clamping).
+* ``Split`` 18 → 13: ``num_outputs`` becomes the ``split`` sizes (needs the static size along
+  the axis); 13 → 18: without ``split``, ``num_outputs`` is the number of outputs (equal parts).
+* ``Slice`` 10 → 1: ``steps`` must be all ones (constant); the rest moves to attributes.
+* ``Pad`` 18 → 13: an ``axes`` input is folded into full-rank ``pads`` (constant axes, known rank).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import onnx
+from onnx import helper
+
+from lowerer.reference import np_dtype
+from lowerer.rules.base import Emitter
+from lowerer.steps import generic
+from lowerer.steps.changes import AttrAdded, InputAdded, Step
+from lowerer.steps.generic import attribute_value, remove_attribute, set_attribute
+from lowerer.steps.registry import DOWN, UP, adapter
+
+__all__ = ["pad_18_13", "reshape_14_13", "shape_15_13", "slice_10_1", "split_13_18", "split_18_13"]
+
+INT64_MAX = int(np.iinfo(np.int64).max)
+#: Element types ConstantOfShape-9 can make (bfloat16 only from 20).
+_CONSTANT_OF_SHAPE_9 = frozenset({
+    onnx.TensorProto.FLOAT16, onnx.TensorProto.FLOAT, onnx.TensorProto.DOUBLE, onnx.TensorProto.INT8,
+    onnx.TensorProto.INT16, onnx.TensorProto.INT32, onnx.TensorProto.INT64, onnx.TensorProto.UINT8,
+    onnx.TensorProto.UINT16, onnx.TensorProto.UINT32, onnx.TensorProto.UINT64, onnx.TensorProto.BOOL})
+
+
+@adapter("Reshape", 14, DOWN)
+def reshape_14_13(em: Emitter, step: Step, direction: str) -> None:
+    """``allowzero`` dropped where it cannot matter, else guarded exactly (see the module docstring)."""
+    node = generic.copy_of(em.node)
+    allowzero = attribute_value(node, "allowzero")
+    remove_attribute(node, "allowzero")
+    data, shape_name = node.input[0], node.input[1]
+    if not allowzero:
+        generic.cross(em, step, direction, node, handled=(AttrAdded,))
+        return
+    shape = em.constant(shape_name)
+    data_dims = em.dims(data)
+    shape_dims = em.dims(shape_name)
+    no_zero = (shape is not None and not np.any(shape == 0)) \
+        or (data_dims is not None and all(d is not None and d > 0 for d in data_dims)) \
+        or shape_dims == [0]
+    if no_zero:  # a 0 in the shape is impossible (or the original fails on it): the same meaning
+        generic.cross(em, step, direction, node, handled=(AttrAdded,))
+        return
+    elem = em.elem_type(data)
+    if elem not in _CONSTANT_OF_SHAPE_9 or em.opset < 9:
+        em.refuse("allowzero=1 with a shape that may hold a 0 has no Reshape-13 form, and the exact guard "
+                  "(ConstantOfShape for the empty case) does not take this element type "
+                  f"({'unknown' if elem is None else onnx.TensorProto.DataType.Name(elem)}) here")
+    (output,) = node.output
+    zero = np.zeros([1], dtype=np_dtype(elem))
+    empty_out, full_out = em.fresh(f"{output}_empty"), em.fresh(f"{output}_full")
+    then_branch = helper.make_graph(
+        [helper.make_node("ConstantOfShape", [shape_name], [empty_out], name=em.fresh(f"{node.name}/empty"),
+                          value=onnx.numpy_helper.from_array(zero, "value"))],
+        em.fresh("allowzero_empty"), [], [helper.make_tensor_value_info(empty_out, elem, None)])
+    inner = generic.copy_of(node)
+    inner.output[0] = full_out
+    inner.name = em.fresh(f"{node.name or 'Reshape'}/full")
+    else_branch = helper.make_graph([inner], em.fresh("allowzero_full"), [],
+                                    [helper.make_tensor_value_info(full_out, elem, None)])
+    smallest = em.op("ReduceMin", [em.op("Abs", [shape_name])], keepdims=0)
+    has_zero = em.op("Equal", [smallest, em.const(np.array(0, dtype=np.int64), "zero")])
+    em.op("If", [has_zero], [output], then_branch=then_branch, else_branch=else_branch)
+
+
+@adapter("Shape", 15, DOWN)
+def shape_15_13(em: Emitter, step: Step, direction: str) -> None:
+    """``start``/``end`` → ``Shape`` then ``Slice`` (Slice clamps out-of-range bounds the same way)."""
+    node = generic.copy_of(em.node)
+    start = attribute_value(node, "start")
+    end = attribute_value(node, "end")
+    remove_attribute(node, "start")
+    remove_attribute(node, "end")
+    if (start in (None, 0)) and end is None:
+        generic.cross(em, step, direction, node, handled=(AttrAdded,))
+        return
+    (output,) = node.output
+    whole = em.fresh(f"{output}_whole")
+    node.output[0] = whole
+    generic.cross(em, step, direction, node, handled=(AttrAdded,))
+    em.op("Slice", [whole, em.const(np.array([start or 0], dtype=np.int64), "start"),
+                    em.const(np.array([INT64_MAX if end is None else end], dtype=np.int64), "end"),
+                    em.const(np.array([0], dtype=np.int64), "axes")], [output])
+
+
+@adapter("Split", 18, DOWN)
+def split_18_13(em: Emitter, step: Step, direction: str) -> None:
+    """``num_outputs`` → constant ``split`` sizes: parts of ``ceil(n / num_outputs)``, the last one smaller."""
+    node = generic.copy_of(em.node)
+    parts = attribute_value(node, "num_outputs")
+    remove_attribute(node, "num_outputs")
+    if parts is None:
+        generic.cross(em, step, direction, node, handled=(AttrAdded,))
+        return
+    x = node.input[0]
+    axis_value = attribute_value(node, "axis")
+    axis = 0 if axis_value is None else int(axis_value)  # type: ignore[call-overload]
+    dims = em.dims(x)
+    if dims is not None and axis < 0:
+        axis += len(dims)
+    size = dims[axis] if dims is not None and 0 <= axis < len(dims) else None
+    if size is None:
+        em.refuse(f"num_outputs={parts} splits by the size along axis {axis} of {x!r}, which is not static; "
+                  "Split-13 needs the sizes (add shape information)")
+    count = int(parts)  # type: ignore[call-overload]
+    chunk = -(-size // count)
+    sizes = [min(chunk, max(size - k * chunk, 0)) for k in range(count)]
+    if len(node.output) != count or 0 in sizes:
+        em.refuse(f"num_outputs={count} along a dim of size {size} gives parts {sizes}, which Split-13 "
+                  "cannot produce for this node")
+    while len(node.input) < 2:
+        node.input.append("")
+    node.input[1] = em.const(np.array(sizes, dtype=np.int64), "split")
+    generic.cross(em, step, direction, node, handled=(AttrAdded,))
+
+
+@adapter("Split", 18, UP)
+def split_13_18(em: Emitter, step: Step, direction: str) -> None:
+    """Without a ``split`` input, Split-18 needs ``num_outputs`` (equal parts: what Split-13 does)."""
+    node = generic.copy_of(em.node)
+    if len(node.input) < 2 or not node.input[1]:
+        set_attribute(node, "num_outputs", len(node.output))
+    generic.cross(em, step, direction, node)
+
+
+@adapter("Slice", 10, DOWN)
+def slice_10_1(em: Emitter, step: Step, direction: str) -> None:
+    """``steps`` (input 4) must be constant ones; starts/ends/axes move to attributes (generic)."""
+    node = generic.copy_of(em.node)
+    if len(node.input) > 4 and node.input[4]:
+        steps = em.constant(node.input[4])
+        if steps is None or not np.all(steps == 1):
+            em.refuse(f"Slice-1 has no steps, and input 'steps' ({node.input[4]!r}) is not constant ones")
+        node.input[4] = ""
+        while node.input and not node.input[-1]:
+            node.input.pop()
+    generic.cross(em, step, direction, node, handled=(InputAdded,))
+
+
+@adapter("Pad", 18, DOWN)
+def pad_18_13(em: Emitter, step: Step, direction: str) -> None:
+    """An ``axes`` input (constant, known rank) is folded into pads for every axis."""
+    node = generic.copy_of(em.node)
+    if len(node.input) > 3 and node.input[3]:
+        axes = em.constant(node.input[3])
+        pads = em.constant(node.input[1])
+        rank = em.rank(node.input[0])
+        if axes is None or pads is None or rank is None:
+            em.refuse("Pad-13 has no 'axes' input; folding it into the pads needs constant axes and pads and "
+                      "the input's rank")
+        full = np.zeros(2 * rank, dtype=np.int64)
+        normalized = [int(a) + rank if a < 0 else int(a) for a in axes.reshape(-1)]
+        for k, a in enumerate(normalized):
+            full[a] = pads.reshape(-1)[k]
+            full[a + rank] = pads.reshape(-1)[k + len(normalized)]
+        node.input[1] = em.const(full, "pads")
+        node.input[3] = ""
+        while node.input and not node.input[-1]:
+            node.input.pop()
+    generic.cross(em, step, direction, node, handled=(InputAdded,))
+

@@ -1,0 +1,115 @@
+"""Version-step adapters for Constant and the indexing ops (Gather, GatherElements).
+
+* ``Constant`` going down: the ``value_float(s)``/``value_int(s)``/``value_string(s)`` forms
+  (12) become a ``value`` tensor; a ``sparse_value`` (11) becomes the dense tensor it stands
+  for; a tensor type the older Constant lacks (Constant-1 holds float types only) becomes an
+  initializer of the same name in a graph (inside a function it is refused).
+* ``Gather``/``GatherElements`` 11 → below: negative indices became allowed at 11. Constant
+  indices are made non-negative with the static size along the axis; run-time indices get the
+  exact guard ``Where(indices < 0, indices + size, indices)``, ``size`` from ``Shape``.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import onnx
+from onnx import numpy_helper
+
+from lowerer.constants import constant_node_value
+from lowerer.rules.base import Emitter
+from lowerer.steps import generic
+from lowerer.steps.changes import AttrAdded, NegativeValues, Step, Types
+from lowerer.steps.generic import attribute_value, remove_attribute
+from lowerer.steps.registry import DOWN, adapter
+
+__all__ = ["constant_down", "gather_11_down"]
+
+_VALUE_FORMS = ("value_float", "value_floats", "value_int", "value_ints", "value_string", "value_strings",
+                "sparse_value")
+
+
+def _dense(node: onnx.NodeProto) -> onnx.TensorProto | None:
+    """The Constant's value as a dense TensorProto (None when it is held in external data)."""
+    for a in node.attribute:
+        if a.name == "value":
+            return a.t
+        if a.name == "sparse_value":
+            sparse = a.sparse_tensor
+            if sparse.values.data_location == onnx.TensorProto.EXTERNAL or \
+                    sparse.indices.data_location == onnx.TensorProto.EXTERNAL:
+                return None
+            values = numpy_helper.to_array(sparse.values)
+            indices = numpy_helper.to_array(sparse.indices).astype(np.int64)
+            dense = np.zeros(list(sparse.dims), dtype=values.dtype)
+            flat = dense.reshape(-1)
+            if indices.ndim == 2:  # [NNZ, rank] coordinates
+                flat[np.ravel_multi_index(tuple(indices.T), dense.shape)] = values
+            else:  # linearized indices
+                flat[indices] = values
+            return numpy_helper.from_array(dense, "value")
+    value = constant_node_value(node)
+    return None if value is None else numpy_helper.from_array(value, "value")
+
+
+@adapter("Constant", (9, 11, 12, 13, 19, 21, 23, 24, 25), DOWN)
+def constant_down(em: Emitter, step: Step, direction: str) -> None:
+    """The older Constant's form, or an initializer where its types fall short."""
+    node = generic.copy_of(em.node)
+    if any(a.name in _VALUE_FORMS for a in node.attribute):
+        tensor = _dense(node)
+        if tensor is None:
+            em.refuse("its value is in external data, which lowerer does not read")
+        for name in _VALUE_FORMS:
+            remove_attribute(node, name)
+        remove_attribute(node, "value")
+        node.attribute.append(onnx.helper.make_attribute("value", tensor))
+    value = next(a.t for a in node.attribute if a.name == "value")
+    schema = onnx.defs.get_schema("Constant", em.opset)
+    allowed = {t for c in schema.type_constraints for t in c.allowed_type_strs}
+    spelled = f"tensor({onnx.TensorProto.DataType.Name(value.data_type).lower()})"
+    if spelled not in allowed:
+        if em.scope.graph is None:
+            em.refuse(f"Constant-{schema.since_version} cannot hold {spelled}, and inside a function it cannot "
+                      "become an initializer")
+        tensor = onnx.TensorProto()
+        tensor.CopyFrom(value)
+        tensor.name = node.output[0]
+        em.constants.append(tensor)  # the same value, under the same name: no node left
+        return
+    generic.cross(em, step, direction, node, handled=(AttrAdded, Types))
+
+
+def _index_guard(em: Emitter, node: onnx.NodeProto, data: str, indices: str, axis: int) -> str:
+    """``indices`` with negative entries counted from the back of ``data``'s ``axis`` (exact for valid ones)."""
+    elem = em.elem_type(indices)
+    if elem not in (onnx.TensorProto.INT32, onnx.TensorProto.INT64):
+        em.refuse(f"negative indices became valid at {node.op_type}-11; guarding run-time indices needs their "
+                  "type (int32 or int64), which is unknown")
+    if em.opset < 9:
+        em.refuse(f"run-time indices may be negative (allowed from {node.op_type}-11); the exact guard needs "
+                  "Where (opset >= 9); the lowest opset for this node is 9")
+    if axis < 0:
+        rank = em.require_rank(data, "to guard negative indices")
+        axis += rank
+    shape = em.op("Shape", [data])
+    size = em.op("Gather", [shape, em.const(np.array(axis, dtype=np.int64), "axis")], axis=0)
+    if elem == onnx.TensorProto.INT32:
+        size = em.op("Cast", [size], to=onnx.TensorProto.INT32)
+    zero = em.const(np.array(0, dtype=np.int32 if elem == onnx.TensorProto.INT32 else np.int64), "zero")
+    negative = em.op("Less", [indices, zero])
+    return em.op("Where", [negative, em.op("Add", [indices, size]), indices])
+
+
+@adapter(("Gather", "GatherElements"), 11, DOWN)
+def gather_11_down(em: Emitter, step: Step, direction: str) -> None:
+    """Negative indices: constant ones normalized (generic), run-time ones guarded."""
+    node = generic.copy_of(em.node)
+    data, indices = node.input[0], node.input[1]
+    axis_value = attribute_value(node, "axis")
+    axis = 0 if axis_value is None else int(axis_value)  # type: ignore[call-overload]
+    if em.constant(indices) is None:
+        node.input[1] = _index_guard(em, node, data, indices, axis)
+        # The indices are guarded: what is left of the step is the rest (the axis, types).
+        rest = tuple(c for c in step.changes if not (isinstance(c, NegativeValues) and c.input == 1))
+        step = Step(step.op, step.previous, step.version, rest)
+    generic.cross(em, step, direction, node)

@@ -1,0 +1,180 @@
+"""The validation gate: nothing leaves lowerer that onnx's checker (or onnxruntime) rejects.
+
+Two levels:
+
+* :class:`NodeGate` checks every node a conversion emits against its schema at the target
+  (attributes the schema lacks, wrong attribute types, missing required ones, input and output
+  counts), as it is made; answers are cached per node signature, so this costs little.
+* :func:`check_output` runs ``onnx.checker.check_model(full_check=True)`` once on the whole
+  converted model (strict shape and type inference included). External weights are never read:
+  in the copy that is checked, main-graph initializers held in external data become graph inputs
+  of the same type and shape (the checker would otherwise open their files, relative to the
+  working directory). When the converted model fails, the input is checked the same way, so the
+  message can say whether the conversion or the input is at fault.
+* :func:`check_loads` opens the converted model in onnxruntime (graph optimizations off), for
+  models whose default-domain opset onnxruntime supports.
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+
+import onnx
+
+from lowerer.errors import ConversionError, InputError
+
+__all__ = ["MAX_ORT_OPSET", "NodeGate", "check_loads", "check_output"]
+
+logger = logging.getLogger(__name__)
+
+
+@functools.lru_cache(maxsize=1)
+def _max_ort_opset() -> int:
+    """The newest default-domain opset the installed onnxruntime loads (found once by trying)."""
+    import onnxruntime
+
+    from lowerer.verification.runner import quiet_session_options
+
+    graph = onnx.helper.make_graph([onnx.helper.make_node("Identity", ["x"], ["y"])], "probe",
+                                   [onnx.helper.make_tensor_value_info("x", onnx.TensorProto.FLOAT, [1])],
+                                   [onnx.helper.make_tensor_value_info("y", onnx.TensorProto.FLOAT, [1])])
+    best = 1
+    for opset in range(onnx.defs.onnx_opset_version(), 0, -1):
+        model = onnx.helper.make_model(graph, opset_imports=[onnx.helper.make_opsetid("", opset)], ir_version=8)
+        try:
+            onnxruntime.InferenceSession(model.SerializeToString(), quiet_session_options(),
+                                         providers=["CPUExecutionProvider"])
+        except Exception:
+            continue
+        best = opset
+        break
+    return best
+
+
+def __getattr__(name: str) -> int:
+    if name == "MAX_ORT_OPSET":
+        return _max_ort_opset()
+    raise AttributeError(name)
+
+
+class NodeGate:
+    """Checks emitted nodes against their schemas at one opset; raises ConversionError naming the node."""
+
+    def __init__(self, opset_imports: dict[str, int], ir_version: int) -> None:
+        self._ctx = onnx.checker.C.CheckerContext()
+        self._ctx.ir_version = max(ir_version, 3)
+        self._ctx.opset_imports = dict(opset_imports)
+        self._seen: dict[tuple[object, ...], str | None] = {}
+
+    def check(self, node: onnx.NodeProto, original: onnx.NodeProto, scope: str, opset: int) -> None:
+        """Refuse when ``node`` (emitted for ``original``) is not valid at ``opset``."""
+        if any(a.type in (onnx.AttributeProto.GRAPH, onnx.AttributeProto.GRAPHS) for a in node.attribute):
+            return  # checked with its subgraphs by the whole-model check
+        key = (node.domain, node.op_type, len(node.input), tuple(bool(i) for i in node.input), len(node.output),
+               tuple((a.name, a.type, a.ref_attr_name, a.SerializeToString() if a.type in _VALUE_TYPES else b"")
+                     for a in node.attribute))
+        if key not in self._seen:
+            try:
+                onnx.checker.check_node(node, self._ctx)
+                self._seen[key] = None
+            except Exception as e:
+                self._seen[key] = " ".join(str(e).split())
+        why = self._seen[key]
+        if why is not None:
+            label = repr(original.name) if original.name else f"<unnamed {original.op_type}>"
+            raise ConversionError(
+                f"node {label} ({original.op_type}, in {scope}) cannot be converted to opset {opset}: its replacement "
+                f"{node.op_type} would not be valid there ({why}); this is a gap in lowerer, please report it",
+                node=original, scope=scope)
+
+
+#: Attribute types whose value the node check reads (strings and ints such as ``mode``, ``to``).
+_VALUE_TYPES = frozenset({onnx.AttributeProto.INT, onnx.AttributeProto.STRING, onnx.AttributeProto.INTS})
+
+
+def _checkable(model: onnx.ModelProto) -> onnx.ModelProto | str:
+    """``model`` as the checker may see it without opening files (a copy when it has external data)."""
+    from lowerer.model_io import external_data_locations
+
+    if not external_data_locations(model):
+        return model
+    copy = onnx.ModelProto()
+    copy.CopyFrom(model)
+    graph = copy.graph
+    inputs = {vi.name for vi in graph.input}
+    kept = []
+    for t in graph.initializer:
+        if t.data_location == onnx.TensorProto.EXTERNAL:
+            if t.name not in inputs:
+                graph.input.append(onnx.helper.make_tensor_value_info(t.name, t.data_type, list(t.dims)))
+        else:
+            kept.append(t)
+    del graph.initializer[:]
+    graph.initializer.extend(kept)
+    if external_data_locations(copy):
+        return "weights in external data outside the main graph's initializers"
+    return copy
+
+
+def _full_check(model: onnx.ModelProto | bytes) -> str | None:
+    try:
+        onnx.checker.check_model(model, full_check=True)
+    except Exception as e:  # ValidationError, InferenceError and the checker's other C++ errors
+        return " ".join(str(e).split())
+    return None
+
+
+def check_output(converted: onnx.ModelProto, source: onnx.ModelProto | bytes | None, target: int | None) -> None:
+    """Refuse (ConversionError, or InputError when the input fails too) unless ``converted`` passes the full check.
+
+    Raises:
+        ConversionError: the converted model fails and the input passes (a conversion gap).
+        InputError: the input itself fails onnx's full check.
+    """
+    checkable = _checkable(converted)
+    if isinstance(checkable, str):
+        logger.info("full model check skipped: %s", checkable)
+        return
+    try:
+        payload: onnx.ModelProto | bytes = checkable.SerializeToString()
+    except ValueError:  # over 2 GiB inline: the checker cannot take it either
+        logger.info("full model check skipped: the model is over protobuf's 2 GiB limit")
+        return
+    why = _full_check(payload)
+    if why is None:
+        return
+    input_why = None
+    if source is not None:
+        original = source
+        if isinstance(source, bytes):
+            original = onnx.ModelProto()
+            original.ParseFromString(source)
+        assert isinstance(original, onnx.ModelProto)
+        checkable_source = _checkable(original)
+        input_why = None if isinstance(checkable_source, str) else _full_check(checkable_source)
+    at = f" at opset {target}" if target is not None else ""
+    if input_why is not None:
+        raise InputError(f"the input model fails onnx's full check (onnx.checker.check_model(full_check=True)): "
+                         f"{input_why}; lowerer writes only models that pass it")
+    raise ConversionError(f"the converted model{at} fails onnx's full check: {why}; the input passes it, so this "
+                          "conversion is refused (a gap in lowerer, please report it)")
+
+
+def check_loads(converted: onnx.ModelProto) -> str | None:
+    """Why onnxruntime refuses to load ``converted`` (None when it loads, or its opset is beyond onnxruntime)."""
+    from lowerer.opsets import default_opset
+
+    opset = default_opset(converted.opset_import)
+    if opset is not None and opset > _max_ort_opset():
+        return None
+    import onnxruntime
+
+    from lowerer.verification.runner import quiet_session_options
+
+    try:
+        onnxruntime.InferenceSession(converted.SerializeToString(), quiet_session_options(),
+                                     providers=["CPUExecutionProvider"])
+    except Exception as e:
+        return " ".join(str(e).split()).replace("[ONNXRuntimeError] : ", "")
+    return None
