@@ -1101,8 +1101,8 @@ TABLE: dict[str, dict[int, tuple[Change, ...]]] = {
             Types(),
             Semantics(
                 "the optional split input (input 1) was removed, lengths only via the `split` attribute; `axis` "
-                "got default 0 (Split-1 gave none). Up: a constant split input becomes the attribute; down: write "
-                "axis=0 when absent"
+                "got default 0 (Split-1 gave none). Up: a constant split input becomes the attribute, and a node "
+                "without axis has no defined meaning (refuse); down: write axis=0 when absent"
             ),
         ),
         # negative axis allowed
