@@ -1,4 +1,4 @@
-"""What ``lowerer inspect`` shows: opsets, owned nodes and the plan of a conversion."""
+"""What ``lowerer inspect`` shows: opsets, owned nodes, the plan of a conversion and the reachable opsets."""
 
 from __future__ import annotations
 
@@ -7,11 +7,11 @@ from typing import Any
 
 import onnx
 
-from lowerer.errors import ConversionError
-from lowerer.opsets import default_opset, is_default_domain, since_version
+from lowerer.errors import ConversionError, InputError
+from lowerer.opsets import MAX_OPSET, MIN_OPSET, default_opset, is_default_domain, since_version
 from lowerer.scopes import Scope, iter_scopes, subgraphs_of
 
-__all__ = ["OWNED_OPS", "inspect_model", "owned_nodes"]
+__all__ = ["OWNED_OPS", "inspect_model", "owned_nodes", "reachable_opsets"]
 
 #: Ops lowerer converts or decomposes itself.
 OWNED_OPS = frozenset({"Hardmax", "Softmax", "LogSoftmax", "ArgMax", "ArgMin", "GlobalMaxPool"})
@@ -22,7 +22,7 @@ def owned_nodes(model: onnx.ModelProto) -> list[dict[str, Any]]:
     found: list[dict[str, Any]] = []
 
     def walk(scope: Scope) -> None:
-        for node in scope.holder.node:
+        for index, node in enumerate(scope.holder.node):
             if is_default_domain(node.domain) and node.op_type in OWNED_OPS and scope.opset is not None:
                 found.append({
                     "scope": scope.path,
@@ -32,20 +32,51 @@ def owned_nodes(model: onnx.ModelProto) -> list[dict[str, Any]]:
                     "attributes": {a.name: onnx.helper.get_attribute_value(a) for a in node.attribute
                                    if a.type == onnx.AttributeProto.INT},
                 })
-            for attr_name, graph in subgraphs_of(node):
-                walk(Scope(f"{scope.path}/{node.name or node.op_type}.{attr_name}", graph, scope.opset,
-                           scope.function))
+            for attr_name, position, graph in subgraphs_of(node):
+                walk(scope.child(index, node, attr_name, position, graph))
 
     for scope in iter_scopes(model):
         walk(scope)
     return found
 
 
+def _attempt(model: onnx.ModelProto, target: int | None, decompose: Any) -> tuple[Any, str | None]:
+    """(report, None) when converting a copy of ``model`` succeeds without verification, else (None, refusal)."""
+    from lowerer.api import convert
+
+    try:
+        result = convert(model, target_opset=target, decompose=decompose, verify=False)
+    except ConversionError as e:
+        return None, str(e)
+    return result.report, None
+
+
+def reachable_opsets(model: onnx.ModelProto, decompose: Any = ()) -> tuple[int, int]:
+    """The lowest and highest default-domain opsets ``model`` converts to (without verification).
+
+    Both are searched outwards from the model's own opset, one opset at a time, and stop at the
+    first refusal: every opset in between is reachable.
+    """
+    source = default_opset(model.opset_import)
+    if source is None:
+        raise InputError("the model does not import the default domain: it has no opset to convert")
+    low = source
+    while low > MIN_OPSET and _attempt(model, low - 1, decompose)[1] is None:
+        low -= 1
+    high = source
+    while high < MAX_OPSET and _attempt(model, high + 1, decompose)[1] is None:
+        high += 1
+    return low, high
+
+
 def inspect_model(path: str | os.PathLike[str], *, target_opset: int | None = None,
-                  decompose: Any = None) -> dict[str, Any]:
-    """Describe the model at ``path``; with a target or decompositions, also the plan (dry run)."""
+                  decompose: Any = None, reach: bool = False) -> dict[str, Any]:
+    """Describe the model at ``path``; with a target or decompositions, also the plan (a dry run).
+
+    With ``reach``, also the lowest and highest opsets the model converts to.
+    """
     from lowerer.model_io import load_model
-    from lowerer.pipeline import normalize_decompose, run_pipeline
+    from lowerer.pipeline import normalize_decompose
 
     model = load_model(path)
     names = normalize_decompose(decompose)
@@ -57,9 +88,10 @@ def inspect_model(path: str | os.PathLike[str], *, target_opset: int | None = No
         "nodes": owned_nodes(model),
     }
     if target_opset is not None or names:
-        try:
-            report = run_pipeline(model, target_opset=target_opset, decompose=names)
-            info["plan"] = {"rewrites": [r.to_dict() for r in report.rewrites], "refused": None}
-        except ConversionError as e:
-            info["plan"] = {"rewrites": [], "refused": str(e)}
+        report, refused = _attempt(model, target_opset, names)
+        rewrites = [] if report is None else [r.to_dict() for r in report.rewrites]
+        info["plan"] = {"rewrites": rewrites, "refused": refused}
+    if reach:
+        low, high = reachable_opsets(model, names)
+        info["reachable_opsets"] = {"lowest": low, "highest": high}
     return info

@@ -158,6 +158,12 @@ class _Run:
             gate.check(made, node, scope.path, target)
         original = onnx.NodeProto()
         original.CopyFrom(node)
+        produced = {o for n in conversion.nodes for o in n.output} | {t.name for t in conversion.constants}
+        for i, out in enumerate(original.output):
+            if out and out not in produced and not self.used(out):
+                original.output[i] = ""  # an output nothing reads, which the older version does not make
+        while original.output and not original.output[-1]:
+            original.output.pop()
         rewrite = Rewrite(
             node=node.name or f"{node.op_type}#{index}",
             op_type=node.op_type,

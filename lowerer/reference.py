@@ -320,7 +320,8 @@ def _constant(inputs: list[np.ndarray | None], attrs: Attrs, version: int) -> li
 
 
 def _concat(inputs: list[np.ndarray | None], attrs: Attrs, version: int) -> list[np.ndarray]:
-    return [np.concatenate([i for i in inputs if i is not None], axis=int(attrs.get("axis", 0)))]
+    axis = int(attrs.get("axis", 1 if version < 4 else 0))  # Concat-1's axis defaults to 1; required from 4
+    return [np.concatenate([i for i in inputs if i is not None], axis=axis)]
 
 
 _OPS: dict[str, OpFn] = {

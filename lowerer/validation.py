@@ -12,7 +12,7 @@ Two levels:
   working directory). When the converted model fails, the input is checked the same way, so the
   message can say whether the conversion or the input is at fault.
 * :func:`check_loads` opens the converted model in onnxruntime (graph optimizations off), for
-  models whose default-domain opset onnxruntime supports.
+  models whose default-domain opset onnxruntime supports (7 up to the newest it loads).
 """
 
 from __future__ import annotations
@@ -24,13 +24,16 @@ import onnx
 
 from lowerer.errors import ConversionError, InputError
 
-__all__ = ["MAX_ORT_OPSET", "NodeGate", "check_loads", "check_output"]
+__all__ = ["MIN_ORT_OPSET", "NodeGate", "check_loads", "check_output", "max_ort_opset"]
+
+#: onnxruntime supports default-domain opsets from 7 on (older models may still run, unchecked).
+MIN_ORT_OPSET = 7
 
 logger = logging.getLogger(__name__)
 
 
 @functools.lru_cache(maxsize=1)
-def _max_ort_opset() -> int:
+def max_ort_opset() -> int:
     """The newest default-domain opset the installed onnxruntime loads (found once by trying)."""
     import onnxruntime
 
@@ -50,12 +53,6 @@ def _max_ort_opset() -> int:
         best = opset
         break
     return best
-
-
-def __getattr__(name: str) -> int:
-    if name == "MAX_ORT_OPSET":
-        return _max_ort_opset()
-    raise AttributeError(name)
 
 
 class NodeGate:
@@ -166,7 +163,7 @@ def check_loads(converted: onnx.ModelProto) -> str | None:
     from lowerer.opsets import default_opset
 
     opset = default_opset(converted.opset_import)
-    if opset is not None and opset > _max_ort_opset():
+    if opset is not None and not MIN_ORT_OPSET <= opset <= max_ort_opset():
         return None
     import onnxruntime
 

@@ -30,6 +30,7 @@ import oracle
 __all__ = [
     "BF16",
     "DTYPES",
+    "complete_outputs",
     "elem_of",
     "make_model",
     "ort_can_run",
@@ -85,6 +86,28 @@ def ir_for(opset: int) -> int:
     return max(3, helper.find_min_ir_version_for([helper.make_opsetid("", opset)], ignore_unknown=True))
 
 
+def complete_outputs(model: onnx.ModelProto) -> onnx.ModelProto:
+    """``model`` with each main-graph output that states no shape given the one onnx infers (in place).
+
+    onnx's checker requires a shape on every graph input and output; builders here state outputs
+    as ``None`` (unknown) where the test does not care. Outputs inference cannot shape keep none.
+    """
+    missing = [o for o in model.graph.output
+               if not o.type.HasField("tensor_type") or not o.type.tensor_type.HasField("shape")]
+    if not missing:
+        return model
+    try:
+        inferred = onnx.shape_inference.infer_shapes(model)
+    except Exception:
+        return model
+    found = {o.name: o for o in inferred.graph.output}
+    for o in missing:
+        new = found.get(o.name)
+        if new is not None and new.type.HasField("tensor_type") and new.type.tensor_type.HasField("shape"):
+            o.type.CopyFrom(new.type)
+    return model
+
+
 def make_model(nodes: Iterable[onnx.NodeProto], inputs: Sequence[onnx.ValueInfoProto],
                outputs: Sequence[onnx.ValueInfoProto], opset: int, *, ir_version: int | None = None,
                initializers: Sequence[onnx.TensorProto] = (), functions: Sequence[onnx.FunctionProto] = (),
@@ -97,7 +120,7 @@ def make_model(nodes: Iterable[onnx.NodeProto], inputs: Sequence[onnx.ValueInfoP
     ir = ir_version if ir_version is not None else ir_for(opset)
     if functions:
         ir = max(ir, 8)
-    return helper.make_model(graph, opset_imports=imports, ir_version=ir, functions=list(functions))
+    return complete_outputs(helper.make_model(graph, opset_imports=imports, ir_version=ir, functions=list(functions)))
 
 
 # -- onnxruntime ----------------------------------------------------------------------------------

@@ -57,17 +57,42 @@ def session(model: onnx.ModelProto) -> ort.InferenceSession:
 
 def single_op_model(op: str, elem: int, shape: Sequence[int | str | None] | None, opset: int,
                     ir_version: int = 8, out_shape: Sequence[int | str | None] | str | None = "same",
-                    **attrs: object) -> onnx.ModelProto:
-    """A model ``y = op(x)`` with ``x`` typed ``elem`` and ``shape`` (None: unknown rank).
+                    rank: int | None = None, **attrs: object) -> onnx.ModelProto:
+    """A model ``y = op(x)`` with ``x`` typed ``elem`` and ``shape``.
 
-    ``out_shape`` is the stated shape of ``y``: ``"same"`` as ``x``, None for unknown.
+    ``shape`` None means an unknown rank at the op: onnx's checker wants a shape on every graph
+    input, so ``x`` is declared with ``rank`` symbolic dims and reaches the op through
+    ``Reshape(x, x_shape)``, ``x_shape`` a graph input of unknown length (feed ``x.shape``;
+    :func:`feeds_for` does). ``out_shape`` is the stated shape of ``y``: ``"same"`` as ``x``,
+    None for what onnx infers.
     """
-    graph = helper.make_graph(
-        [helper.make_node(op, ["x"], ["y"], name="target", **attrs)], "g",
-        [helper.make_tensor_value_info("x", elem, shape)],
-        [helper.make_tensor_value_info("y", elem, shape if out_shape == "same" else out_shape)],
-    )
-    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)], ir_version=ir_version)
+    from _convert_helpers import complete_outputs
+
+    nodes = []
+    source = "x"
+    inputs = [helper.make_tensor_value_info("x", elem, shape)]
+    if shape is None:
+        assert rank is not None, "an unknown rank needs the actual rank of x"
+        inputs = [helper.make_tensor_value_info("x", elem, [f"x{i}" for i in range(rank)]),
+                  helper.make_tensor_value_info("x_shape", TensorProto.INT64, ["r"])]
+        nodes.append(helper.make_node("Reshape", ["x", "x_shape"], ["x_any_rank"], name="hide_rank"))
+        source = "x_any_rank"
+    nodes.append(helper.make_node(op, [source], ["y"], name="target", **attrs))
+    stated = shape if out_shape == "same" else out_shape
+    if shape is None and stated is None:  # a graph output needs a shape: the rank the op keeps
+        stated = [f"y{i}" for i in range(rank or 0)]
+    graph = helper.make_graph(nodes, "g", inputs, [helper.make_tensor_value_info("y", elem, stated)])
+    return complete_outputs(helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)],
+                                              ir_version=ir_version))
+
+
+def feeds_for(model: onnx.ModelProto, x: np.ndarray) -> dict[str, np.ndarray]:
+    """The feeds of a :func:`single_op_model`: ``x`` (and its shape when the model hides its rank)."""
+    names = {i.name for i in model.graph.input}
+    feeds = {"x": x}
+    if "x_shape" in names:
+        feeds["x_shape"] = np.array(x.shape, dtype=np.int64)
+    return feeds
 
 
 def bf16_as_float(model: onnx.ModelProto) -> onnx.ModelProto:

@@ -108,7 +108,7 @@ def control_flow_expected(src: int, x: np.ndarray, cond: bool, trip: int) -> dic
 
 
 CF_PAIRS = [(11, 13), (11, 18), (12, 11), (13, 11), (13, 12), (18, 11), (10, 13), (9, 12), (21, 11), (11, 21),
-            (26, 13), (13, 26)]
+            (26, 13), (13, 26), (13, 10), (13, 9)]
 
 
 @pytest.mark.parametrize(("src", "target"), CF_PAIRS, ids=[f"{s}to{t}" for s, t in CF_PAIRS])
@@ -174,22 +174,41 @@ def test_body_local_value_gets_its_rank_from_inference(target: int) -> None:
     assert np.array_equal(v, want_v) and np.array_equal(sos, np.stack(want_sos))
 
 
-def test_loop_below_11_is_refused_not_guessed() -> None:
-    # Loop-11 may differ from Loop-1 beyond types; onnx has no adapter and lowerer does not guess.
-    with pytest.raises(lowerer.ConversionError, match=r"Loop-13.*opset 10.*No Adapter"):
-        lowerer.convert(control_flow_model(13), target_opset=10, verify=False)
+def test_loop_without_carried_values_is_refused_below_11() -> None:
+    """Loop-1 takes at least one loop-carried value (3 inputs); a Loop-11+ without one has no Loop-1 form."""
+    body = helper.make_graph(
+        [helper.make_node("Identity", ["c_in"], ["c_out"]), helper.make_node("Relu", ["x"], ["so"])],
+        "body", [value_info("i", I64, []), value_info("c_in", B, [])],
+        [value_info("c_out", B, []), value_info("so", F, SHAPE)])
+    model = make_model([helper.make_node("Loop", ["trip", ""], ["sos"], body=body, name="lp")],
+                       [value_info("x", F, SHAPE), value_info("trip", I64, [])],
+                       [value_info("sos", F, [None, *SHAPE])], 13)
+    check_model_full(model)
+    with pytest.raises(lowerer.ConversionError, match=r"'lp' \(Loop-13.*opset 10: Loop-1 takes at least 3 inputs"):
+        lowerer.convert(model, target_opset=10, verify=False)
+    converted = lowerer.convert(model, target_opset=11, verify=False).model
+    check_model_full(converted)
 
 
-def test_if_down_to_1_needs_equal_static_branch_shapes() -> None:
-    from lowerer.relabel import is_relabel
+def test_if_below_11_needs_equal_static_branch_shapes() -> None:
+    """If-1 needs equal branch shapes (onnx's inference merges them): stated, static and equal, or refused."""
+    def model(else_shape: list) -> onnx.ModelProto:
+        then_b = helper.make_graph([helper.make_node("Relu", ["x"], ["t"])], "then", [],
+                                   [value_info("t", F, [2, 3])])
+        else_b = helper.make_graph([helper.make_node("Neg", ["x"], ["u"])], "else", [],
+                                   [value_info("u", F, else_shape)])
+        return make_model([helper.make_node("If", ["c"], ["y"], then_branch=then_b, else_branch=else_b)],
+                          [value_info("x", F, [2, 3]), value_info("c", B, [])], [value_info("y", F, [2, 3])], 13)
 
-    model = control_flow_model(13)
-    if_node = model.graph.node[0]
-    assert is_relabel(if_node, 13, 10)  # both branches declare [2,3,4] and [2,3,1]
-    else_b = next(a.g for a in if_node.attribute if a.name == "else_branch")
-    else_b.output[0].type.tensor_type.shape.dim[0].dim_param = "n"
-    assert not is_relabel(if_node, 13, 10)
-    assert is_relabel(if_node, 13, 11)  # If-11 allows different shapes
+    for shape in ([1, 3], ["n", 3]):
+        with pytest.raises(lowerer.ConversionError, match=r"If-1 needs both branches to yield the same shape"):
+            lowerer.convert(model(shape), target_opset=10, verify=False)
+    converted = lowerer.convert(model([2, 3]), target_opset=10, verify=False).model
+    check_model_full(converted)
+    x = np.arange(6, dtype=np.float32).reshape(2, 3) - 2
+    for c in (True, False):
+        got = ort_run(converted, [{"x": x, "c": np.array(c)}])[0][0]
+        assert np.array_equal(got, np.maximum(x, 0) if c else -x)
 
 
 # -- model-local functions ----------------------------------------------------------------------

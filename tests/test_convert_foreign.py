@@ -112,54 +112,12 @@ def test_softmax13_axis1_down_to_11_is_exact_where_onnx_is_not() -> None:
     assert not np.allclose(ort_run(theirs, [{"x": x}])[0][0], ort_run(model, [{"x": x}])[0][0])
 
 
-def test_type_only_relabel_checks_types() -> None:
-    # Add-14 → 13 is a relabel for float, not for int8 (Add-13 has no int8).
-    from lowerer.relabel import is_relabel
-
-    node = helper.make_node("Add", ["a", "b"], ["c"])
-    assert is_relabel(node, 14, 11, lambda name: TensorProto.FLOAT)
-    assert not is_relabel(node, 14, 13, lambda name: TensorProto.INT8)
-    assert not is_relabel(node, 14, 13, lambda name: None)  # unknown type: not proven
-    assert not is_relabel(node, 13, 12, lambda name: TensorProto.BFLOAT16)
-    reshape = helper.make_node("Reshape", ["a", "s"], ["c"], allowzero=1)
-    assert not is_relabel(reshape, 14, 13, lambda name: TensorProto.FLOAT)  # allowzero is new at 14
-    assert not is_relabel(helper.make_node("Add", ["a", "b"], ["c"]), 7, 6, lambda name: TensorProto.FLOAT)
-
-
 def test_int8_add_14_down_is_refused_not_relabelled() -> None:
     node = helper.make_node("Add", ["a", "b"], ["c"])
     i8 = TensorProto.INT8
     model = make_model([node], [value_info("a", i8, [2]), value_info("b", i8, [2])], [value_info("c", i8, [2])], 14)
     with pytest.raises(lowerer.ConversionError, match=r"Add-14.*opset 13"):
         lowerer.convert(model, target_opset=13, verify=False)
-
-
-def test_type_only_table_matches_the_schemas() -> None:
-    # Every step listed as type-only is a real since-version whose schema has the same inputs and
-    # outputs as the version before it, and the same attributes but for those the table names.
-    from lowerer.relabel import TYPE_ONLY
-
-    checked = 0
-    for op, steps in TYPE_ONLY.items():
-        versions = sorted({onnx.defs.get_schema(op, v).since_version
-                           for v in range(1, onnx.defs.onnx_opset_version() + 1) if since(op, v) is not None})
-        for v, new_attrs in steps.items():
-            if v not in versions:
-                assert v in (19, 21, 23, 24, 25), (op, v)  # the shared tail of type-only bumps
-                continue
-            prev = onnx.defs.get_schema(op, v - 1)
-            cur = onnx.defs.get_schema(op, v)
-            assert [i.name for i in prev.inputs] == [i.name for i in cur.inputs], (op, v)
-            assert [o.name for o in prev.outputs] == [o.name for o in cur.outputs], (op, v)
-            assert set(cur.attributes) - set(prev.attributes) == set(new_attrs), (op, v)
-            assert set(prev.attributes) <= set(cur.attributes), (op, v)
-            allowed_prev = {c.type_param_str: set(c.allowed_type_strs) for c in prev.type_constraints}
-            allowed_cur = {c.type_param_str: set(c.allowed_type_strs) for c in cur.type_constraints}
-            for p_in, c_in in zip(prev.inputs, cur.inputs, strict=True):  # types only widened
-                assert allowed_prev.get(p_in.type_str, {p_in.type_str}) <= allowed_cur.get(
-                    c_in.type_str, {c_in.type_str}), (op, v, p_in.name)
-            checked += 1
-    assert checked >= 30
 
 
 def test_rank_from_shape_inference() -> None:

@@ -192,8 +192,20 @@ def _out_dims(spec: OpSpec, dims: list[int]) -> list[int]:
     return list(dims)
 
 
+def _hides_rank(case: Case) -> bool:
+    """Whether the case's inputs reach its ops through a Reshape to a run-time shape (rank unknown there).
+
+    onnx's checker wants a shape on every graph input, so an unknown rank is made the way real
+    models get one; Reshape takes its shape as an input from opset 5 on.
+    """
+    model_opset = case.model_opset if case.model_opset is not None else case.source
+    return case.shape_mode == "none" and min(case.source, case.target, model_opset) >= 5
+
+
 def _in_vi(case: Case, name: str) -> onnx.ValueInfoProto:
     if case.shape_mode == "none":
+        if name in ("x", "x2"):  # graph inputs: a shape is required (the rank is hidden behind a Reshape)
+            return helper.make_tensor_value_info(name, case.dtype, list(case.dims))
         return helper.make_tensor_value_info(name, case.dtype, None)
     shape: list[int | str] = [f"d{i}" if i in case.dynamic_axes else d for i, d in enumerate(case.dims)]
     return helper.make_tensor_value_info(name, case.dtype, shape)
@@ -307,11 +319,19 @@ def build(case: Case) -> onnx.ModelProto:
     b = _Builder(case)
     env = {"x": "x", "x2": "x2", "trip": "trip", "keep": "keep", "seq": "seq"}
     env.update({f"c{i}": f"c{i}" for i, kind in enumerate(case.levels) if kind == "if"})
+    hidden: list[onnx.NodeProto] = []
+    if _hides_rank(case):
+        hidden = [helper.make_node("Reshape", ["x", "xs"], ["x_u"], name="hide_x"),
+                  helper.make_node("Reshape", ["x2", "xs"], ["x2_u"], name="hide_x2")]
+        env.update({"x": "x_u", "x2": "x2_u"})
     nodes, _, depth = b.wrap(0, env, [f"y{i}" for i in range(len(case.ops))])
+    nodes = [*hidden, *nodes]
     inputs = [_in_vi(case, "x"), _in_vi(case, "x2"), helper.make_tensor_value_info("seq", F32, [1]),
               helper.make_tensor_value_info("trip", I64, []),
               helper.make_tensor_value_info("keep", TensorProto.BOOL, [])]
     inputs += [helper.make_tensor_value_info(k, TensorProto.BOOL, []) for k in env if k.startswith("c")]
+    if hidden:
+        inputs.append(helper.make_tensor_value_info("xs", I64, ["r"]))
     outputs = [_out_vi(case, f"y{i}", s, depth) for i, s in enumerate(case.ops)]
     model_opset = case.model_opset if case.model_opset is not None else case.source
     opsets = [helper.make_opsetid("", model_opset)]
@@ -336,7 +356,7 @@ def feeds(case: Case) -> dict[str, np.ndarray]:
         return rng.standard_normal(case.dims).astype(np_t)
 
     out = {"x": value(), "x2": value(), "trip": np.array(1, dtype=np.int64), "keep": np.array(True),
-           "seq": np.zeros(1, dtype=np.float32)}
+           "seq": np.zeros(1, dtype=np.float32), "xs": np.array(case.dims, dtype=np.int64)}
     for i in range(len(case.levels)):
         out[f"c{i}"] = np.array(bool(rng.integers(0, 2)))
     return out

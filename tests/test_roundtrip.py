@@ -10,6 +10,7 @@ import _fuzz_oracle as oracle
 import numpy as np
 import onnx
 import pytest
+from _convert_helpers import complete_outputs
 from hypothesis import event, given, settings
 from hypothesis import strategies as st
 from onnx import TensorProto, helper
@@ -76,6 +77,11 @@ def test_there_and_back_again(case: Case, mid: int) -> None:
         if "function" in case.has and re.search(r"the (rank|element type|shape) of input '[^']+' is unknown", str(e)):
             event("refused on the way back: untyped intermediate in a function")
             return
+        # Reshape-14's allowzero=1 (which the way up writes for exactness on empty inputs) has an exact
+        # form down to opset 8 only (an empty tensor of a run-time shape needs ConstantOfShape or Expand)
+        if case.source < 8 and case.shape_mode != "static" and "allowzero=1 with a shape that may hold a 0" in str(e):
+            event("refused on the way back: allowzero below opset 8")
+            return
         kind = _allowed_refusal(dataclasses.replace(back_case, source=mid), str(e))
         assert kind is not None, f"unexpected refusal on the way back: {e}"
         event(f"refused on the way back: {kind}")
@@ -101,7 +107,7 @@ def _single(op: str, opset: int, shape: list[int], **attrs: int) -> onnx.ModelPr
     graph = helper.make_graph([helper.make_node(op, ["x"], ["y"], name="n", **attrs)], "g",
                               [helper.make_tensor_value_info("x", F, shape)],
                               [helper.make_tensor_value_info("y", out_type, None)])
-    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)], ir_version=7)
+    return complete_outputs(helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)], ir_version=7))
 
 
 @pytest.mark.parametrize(("op", "attrs", "path"), [

@@ -81,6 +81,10 @@ class Emitter:
         self._names = names
         self.nodes: list[onnx.NodeProto] = []
         self.constants: list[onnx.TensorProto] = []
+        #: The opset the whole conversion goes to (``opset`` is only the far side of one step).
+        self.target = opset
+        #: The version messages name the node by (the user's node's, while it crosses several steps).
+        self.shown_version = source_version
 
     # -- facts -------------------------------------------------------------------------------
     def version_of(self, op_type: str) -> int | None:
@@ -126,8 +130,8 @@ class Emitter:
         n = self.node
         label = n.name or f"<unnamed {n.op_type}>"
         raise ConversionError(
-            f"node {label!r} ({n.op_type}-{self.source_version}, in {self.scope.path}) "
-            f"cannot be converted to opset {self.opset}: {reason}",
+            f"node {label!r} ({n.op_type}-{self.shown_version}, in {self.scope.path}) "
+            f"cannot be converted to opset {self.target}: {reason}",
             node=n, scope=self.scope.path,
         )
 

@@ -1,12 +1,16 @@
-"""Version-step adapters for control flow: If and Loop below version 11.
+"""Version-step adapters for control flow: If below 11, Scan's negative axes (11).
 
-Their bodies are converted as scopes of their own by the pipeline before the node itself
-crosses its steps; these adapters check what the older versions demand of the node.
+If and Loop changed nothing a valid model can observe at 11 (their bodies are converted as scopes
+of their own by the pipeline before the node crosses its steps; Loop-1's need of one loop-carried
+value is checked as the schema's input count).
 
-* ``If`` 11 → 1: If-1 requires both branches to yield the same shape for each output: only
-  when every output's shape is static and equal in both branches is the relabel exact.
-* ``Loop`` 11 → 1: Loop-1 takes at least one loop-carried dependency (three inputs or more);
-  otherwise the meaning is the same.
+* ``If`` 11 → 1: If-1 documents equal branch shapes, and onnx's shape inference for If-1 merges
+  the branches' output shapes (a model whose branches yield different ones fails onnx's checker):
+  relabelled when every output's stated shape is static and the same in both branches, else
+  refused.
+
+* ``Scan`` 11 → 9: negative ``scan_input_axes`` / ``scan_output_axes`` count from the back of each
+  scan input / scan output (ranks differ per tensor): made non-negative with each tensor's rank.
 """
 
 from __future__ import annotations
@@ -15,19 +19,17 @@ import onnx
 
 from lowerer.rules.base import Emitter
 from lowerer.steps import generic
-from lowerer.steps.changes import Step
-from lowerer.steps.registry import DOWN, adapter
+from lowerer.steps.changes import Semantics, Step
+from lowerer.steps.generic import attribute_value, set_attribute
+from lowerer.steps.registry import DOWN, UP, adapter
 
-__all__ = ["if_11_1", "loop_11_1"]
+__all__ = ["if_11_1", "scan_11_9"]
 
 
-def _static_shape(tp: onnx.TypeProto) -> tuple[int, ...] | None:
+def _dims(tp: onnx.TypeProto) -> list[int | None] | None:
     if tp.WhichOneof("value") != "tensor_type" or not tp.tensor_type.HasField("shape"):
         return None
-    dims = tp.tensor_type.shape.dim
-    if not all(d.HasField("dim_value") for d in dims):
-        return None
-    return tuple(d.dim_value for d in dims)
+    return [d.dim_value if d.HasField("dim_value") else None for d in tp.tensor_type.shape.dim]
 
 
 @adapter("If", 11, DOWN)
@@ -38,17 +40,37 @@ def if_11_1(em: Emitter, step: Step, direction: str) -> None:
     if then_b is None or else_b is None or len(then_b.output) != len(else_b.output):
         em.refuse("the node lacks a branch, or its branches yield different numbers of outputs")
     for a, b in zip(then_b.output, else_b.output, strict=True):
-        sa, sb = _static_shape(a.type), _static_shape(b.type)
-        if sa is None or sa != sb:
-            em.refuse(f"If-1 needs both branches to yield the same shape, and output {a.name!r} / {b.name!r} is "
-                      f"not known to (then: {sa}, else: {sb}); the lowest opset for this node is 11")
+        da, db = _dims(a.type), _dims(b.type)
+        if da is None or da != db or None in da:
+            em.refuse(f"If-1 needs both branches to yield the same shape (onnx's inference merges them), and "
+                      f"output {a.name!r} / {b.name!r} is not stated to (then: {da}, else: {db}, None: not static); "
+                      "the lowest opset for this node is 11")
     generic.cross(em, step, direction)
 
 
-@adapter("Loop", 11, DOWN)
-def loop_11_1(em: Emitter, step: Step, direction: str) -> None:
-    """Relabel when the loop has at least one loop-carried dependency, else refuse."""
-    if len(em.node.input) < 3:
-        em.refuse("Loop-1 needs at least one loop-carried dependency and this loop has none; "
-                  "the lowest opset for this node is 11")
-    generic.cross(em, step, direction)
+@adapter("Scan", 11, DOWN)
+def scan_11_9(em: Emitter, step: Step, direction: str) -> None:
+    """Negative scan axes made non-negative with the rank of each scan input and output."""
+    node = generic.copy_of(em.node)
+    scan_inputs = int(attribute_value(node, "num_scan_inputs") or 0)  # type: ignore[call-overload]
+    states = len(node.input) - scan_inputs
+    scanned = (("scan_input_axes", list(node.input)[states:]), ("scan_output_axes", list(node.output)[states:]))
+    for attr, names in scanned:
+        axes = attribute_value(node, attr)
+        if not isinstance(axes, list) or all(a >= 0 for a in axes):
+            continue
+        fixed = []
+        for k, a in enumerate(axes):
+            if a >= 0:
+                fixed.append(a)
+                continue
+            rank = em.rank(names[k]) if k < len(names) else None
+            if rank is None:
+                em.refuse(f"{attr}[{k}]={a} counts from the back of {names[k] if k < len(names) else '?'!r}, whose "
+                          "rank is unknown; Scan-9 needs non-negative axes (add shape information)")
+            fixed.append(a + rank)
+        set_attribute(node, attr, fixed)
+    generic.cross(em, step, direction, node, handled=(Semantics,))
+
+
+adapter("Scan", 11, UP)(generic.meaning_kept)  # Scan-11 only accepts more (negative axes)

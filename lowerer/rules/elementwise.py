@@ -16,11 +16,11 @@ import numpy as np
 from lowerer.reference import np_dtype
 from lowerer.rules.base import Emitter
 from lowerer.steps import generic
-from lowerer.steps.changes import AttrRemoved, OptionalInput, Step
+from lowerer.steps.changes import AttrRemoved, OptionalInput, Semantics, Step
 from lowerer.steps.generic import attribute_value, remove_attribute
 from lowerer.steps.registry import DOWN, UP, adapter
 
-__all__ = ["binary_legacy_broadcast_up", "gemm_11_9"]
+__all__ = ["binary_legacy_broadcast_up", "gemm_11_9", "mod_28_13"]
 
 #: Ops whose version 7 replaced ``broadcast``/``axis`` by numpy-style broadcasting.
 LEGACY_BROADCAST_OPS = ("Add", "Sub", "Mul", "Div", "Pow", "And", "Or", "Xor", "Equal", "Greater", "Less")
@@ -67,3 +67,23 @@ def gemm_11_9(em: Emitter, step: Step, direction: str) -> None:
         node.input[2] = em.const(zero, "C")
     generic.cross(em, step, direction, node, handled=(OptionalInput,))
 
+
+
+_FLOAT_TYPES = frozenset({1, 10, 11, 16})  # float, float16, double, bfloat16
+
+
+@adapter("Mod", 28, DOWN)
+def mod_28_13(em: Emitter, step: Step, direction: str) -> None:
+    """Mod-13 takes ``fmod=0`` on integers and ``fmod=1`` on floats only (28 allowed the other two)."""
+    elem = em.elem_type(em.node.input[0])
+    if elem is None:
+        em.refuse("whether Mod-13 can express this node depends on its input type, which is unknown")
+    fmod = attribute_value(em.node, "fmod") or 0
+    is_float = elem in _FLOAT_TYPES
+    if bool(fmod) != is_float:
+        em.refuse(f"fmod={fmod} on {'floating-point' if is_float else 'integer'} inputs is new at Mod-28; "
+                  "Mod-13 has no such mode")
+    generic.cross(em, step, direction, handled=(Semantics,))
+
+
+adapter("Mod", 28, UP)(generic.meaning_kept)  # Mod-28 only accepts more (fmod with either type)

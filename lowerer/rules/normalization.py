@@ -19,7 +19,7 @@ from lowerer.steps.changes import AttrAdded, AttrToInput, InputAdded, OutputAdde
 from lowerer.steps.generic import attribute_value, remove_attribute, set_attribute
 from lowerer.steps.registry import DOWN, UP, adapter
 
-__all__ = ["batch_normalization_14", "dropout_12_10"]
+__all__ = ["batch_normalization_7", "batch_normalization_14", "dropout_12_10"]
 
 
 @adapter("BatchNormalization", 14, DOWN, UP)
@@ -58,3 +58,17 @@ def dropout_12_10(em: Emitter, step: Step, direction: str) -> None:
     generic.cross(em, step, direction, node, handled=(AttrAdded, AttrToInput, InputAdded, Semantics))
 
 
+
+
+@adapter("BatchNormalization", 7, DOWN, UP)
+def batch_normalization_7(em: Emitter, step: Step, direction: str) -> None:
+    """Inference BatchNormalization (only Y used): ``is_test=1`` at 6; the statistics outputs mean training."""
+    node = generic.copy_of(em.node)
+    used = [o for o in node.output[1:] if o and em.facts.is_used(o)]
+    if used:
+        em.refuse(f"its statistics outputs {used} are used (training mode); lowerer converts inference graphs")
+    del node.output[1:]
+    if direction == UP and attribute_value(node, "is_test") != 1:
+        em.refuse("is_test is not 1 (BatchNormalization-6 then normalizes with the batch's own statistics), "
+                  "which BatchNormalization-7 with only Y cannot express")
+    generic.cross(em, step, direction, node, handled=(Semantics,))

@@ -22,11 +22,11 @@ from onnx import helper
 from lowerer.reference import np_dtype
 from lowerer.rules.base import Emitter
 from lowerer.steps import generic
-from lowerer.steps.changes import AttrAdded, InputAdded, Step
+from lowerer.steps.changes import AttrAdded, InputAdded, Semantics, Step
 from lowerer.steps.generic import attribute_value, remove_attribute, set_attribute
 from lowerer.steps.registry import DOWN, UP, adapter
 
-__all__ = ["pad_18_13", "reshape_14_13", "shape_15_13", "slice_10_1", "split_13_18", "split_18_13"]
+__all__ = ["pad_18_13", "reshape_14_13", "shape_15_13", "slice_10_1", "split_13_18", "split_18_13", "unsqueeze_11_1"]
 
 INT64_MAX = int(np.iinfo(np.int64).max)
 #: Element types ConstantOfShape-9 can make (bfloat16 only from 20).
@@ -56,24 +56,35 @@ def reshape_14_13(em: Emitter, step: Step, direction: str) -> None:
         generic.cross(em, step, direction, node, handled=(AttrAdded,))
         return
     elem = em.elem_type(data)
-    if elem not in _CONSTANT_OF_SHAPE_9 or em.opset < 9:
-        em.refuse("allowzero=1 with a shape that may hold a 0 has no Reshape-13 form, and the exact guard "
-                  "(ConstantOfShape for the empty case) does not take this element type "
-                  f"({'unknown' if elem is None else onnx.TensorProto.DataType.Name(elem)}) here")
+    if elem is None or em.target < 8 or (em.target >= 9 and elem not in _CONSTANT_OF_SHAPE_9):
+        shown = "unknown" if elem is None else onnx.TensorProto.DataType.Name(elem)
+        em.refuse("allowzero=1 with a shape that may hold a 0 has no Reshape-13 form; the exact guard (an empty "
+                  "tensor of that shape from ConstantOfShape, opset >= 9, or Expand, opset 8) does not take this "
+                  f"element type ({shown}) or opset")
     (output,) = node.output
-    zero = np.zeros([1], dtype=np_dtype(elem))
+    zero = np.zeros([] if em.target < 9 else [1], dtype=np_dtype(elem))
     empty_out, full_out = em.fresh(f"{output}_empty"), em.fresh(f"{output}_full")
-    then_branch = helper.make_graph(
-        [helper.make_node("ConstantOfShape", [shape_name], [empty_out], name=em.fresh(f"{node.name}/empty"),
-                          value=onnx.numpy_helper.from_array(zero, "value"))],
-        em.fresh("allowzero_empty"), [], [helper.make_tensor_value_info(empty_out, elem, None)])
+    if em.target >= 9:
+        empty = helper.make_node("ConstantOfShape", [shape_name], [empty_out], name=em.fresh(f"{node.name}/empty"),
+                                 value=onnx.numpy_helper.from_array(zero, "value"))
+        empty_nodes = [empty]
+    else:
+        scalar = em.fresh(f"{output}_zero")
+        empty_nodes = [helper.make_node("Constant", [], [scalar], name=em.fresh(f"{node.name}/zero"),
+                                        value=onnx.numpy_helper.from_array(zero, "value")),
+                       helper.make_node("Expand", [scalar, shape_name], [empty_out],
+                                        name=em.fresh(f"{node.name}/empty"))]
+    then_branch = helper.make_graph(empty_nodes, em.fresh("allowzero_empty"), [],
+                                    [helper.make_tensor_value_info(empty_out, elem, None)])
     inner = generic.copy_of(node)
     inner.output[0] = full_out
     inner.name = em.fresh(f"{node.name or 'Reshape'}/full")
     else_branch = helper.make_graph([inner], em.fresh("allowzero_full"), [],
                                     [helper.make_tensor_value_info(full_out, elem, None)])
-    smallest = em.op("ReduceMin", [em.op("Abs", [shape_name])], keepdims=0)
-    has_zero = em.op("Equal", [smallest, em.const(np.array(0, dtype=np.int64), "zero")])
+    # "Some dim of the shape is 0", with ops every opset has: min |shape| (as float) < 0.5.
+    as_float = em.op("Cast", [shape_name], to=onnx.TensorProto.FLOAT)
+    smallest = em.op("ReduceMin", [em.op("Abs", [as_float])], keepdims=0)
+    has_zero = em.op("Less", [smallest, em.const(np.array(0.5, dtype=np.float32), "half")])
     em.op("If", [has_zero], [output], then_branch=then_branch, else_branch=else_branch)
 
 
@@ -99,33 +110,46 @@ def shape_15_13(em: Emitter, step: Step, direction: str) -> None:
 
 @adapter("Split", 18, DOWN)
 def split_18_13(em: Emitter, step: Step, direction: str) -> None:
-    """``num_outputs`` → constant ``split`` sizes: parts of ``ceil(n / num_outputs)``, the last one smaller."""
+    """``num_outputs`` → ``split`` sizes: parts of ``ceil(n / num_outputs)``, the last one smaller.
+
+    With a static size along the axis the sizes are a constant; otherwise they are computed from
+    ``Shape`` (Split-13 takes them as an input; below 13 they must be constant and are refused).
+    """
     node = generic.copy_of(em.node)
     parts = attribute_value(node, "num_outputs")
     remove_attribute(node, "num_outputs")
     if parts is None:
-        generic.cross(em, step, direction, node, handled=(AttrAdded,))
+        generic.cross(em, step, direction, node, handled=(Semantics,))
         return
     x = node.input[0]
     axis_value = attribute_value(node, "axis")
     axis = 0 if axis_value is None else int(axis_value)  # type: ignore[call-overload]
+    count = int(parts)  # type: ignore[call-overload]
+    if len(node.output) != count:
+        em.refuse(f"num_outputs={count} with {len(node.output)} outputs")
     dims = em.dims(x)
     if dims is not None and axis < 0:
         axis += len(dims)
     size = dims[axis] if dims is not None and 0 <= axis < len(dims) else None
-    if size is None:
-        em.refuse(f"num_outputs={parts} splits by the size along axis {axis} of {x!r}, which is not static; "
-                  "Split-13 needs the sizes (add shape information)")
-    count = int(parts)  # type: ignore[call-overload]
-    chunk = -(-size // count)
-    sizes = [min(chunk, max(size - k * chunk, 0)) for k in range(count)]
-    if len(node.output) != count or 0 in sizes:
-        em.refuse(f"num_outputs={count} along a dim of size {size} gives parts {sizes}, which Split-13 "
-                  "cannot produce for this node")
     while len(node.input) < 2:
         node.input.append("")
-    node.input[1] = em.const(np.array(sizes, dtype=np.int64), "split")
-    generic.cross(em, step, direction, node, handled=(AttrAdded,))
+    if size is not None:
+        chunk = -(-size // count)
+        sizes = [min(chunk, max(size - k * chunk, 0)) for k in range(count)]
+        node.input[1] = em.const(np.array(sizes, dtype=np.int64), "split")
+    else:
+        if axis < 0:
+            axis += em.require_rank(x, "to compute the split sizes")
+        n = em.op("Gather", [em.op("Shape", [x]), em.const(np.array([axis], dtype=np.int64), "axis")], axis=0)
+        k = em.const(np.array([count], dtype=np.int64), "parts")
+        chunk_name = em.op("Div", [em.op("Add", [n, em.const(np.array([count - 1], dtype=np.int64), "round")]), k])
+        last = em.op("Sub", [n, em.op("Mul", [chunk_name, em.const(np.array([count - 1], dtype=np.int64), "rest")])])
+        if count > 1:
+            repeated = em.op("Expand", [chunk_name, em.const(np.array([count - 1], dtype=np.int64), "repeat")])
+            node.input[1] = em.op("Concat", [repeated, last], axis=0)
+        else:
+            node.input[1] = last
+    generic.cross(em, step, direction, node, handled=(Semantics,))
 
 
 @adapter("Split", 18, UP)
@@ -134,7 +158,7 @@ def split_13_18(em: Emitter, step: Step, direction: str) -> None:
     node = generic.copy_of(em.node)
     if len(node.input) < 2 or not node.input[1]:
         set_attribute(node, "num_outputs", len(node.output))
-    generic.cross(em, step, direction, node)
+    generic.cross(em, step, direction, node, handled=(Semantics,))
 
 
 @adapter("Slice", 10, DOWN)
@@ -173,3 +197,18 @@ def pad_18_13(em: Emitter, step: Step, direction: str) -> None:
             node.input.pop()
     generic.cross(em, step, direction, node, handled=(InputAdded,))
 
+
+
+@adapter("Unsqueeze", 11, DOWN)
+def unsqueeze_11_1(em: Emitter, step: Step, direction: str) -> None:
+    """Negative axes count from the back of the *output*: made non-negative with rank(data) + len(axes)."""
+    node = generic.copy_of(em.node)
+    axes = attribute_value(node, "axes")
+    if isinstance(axes, list) and any(a < 0 for a in axes):
+        rank = em.require_rank(node.input[0], "to make the negative axes non-negative (Unsqueeze-1)")
+        out_rank = rank + len(axes)
+        set_attribute(node, "axes", [a + out_rank if a < 0 else a for a in axes])
+    generic.cross(em, step, direction, node, handled=(Semantics,))
+
+
+adapter("Unsqueeze", 11, UP)(generic.meaning_kept)  # Unsqueeze-11 only accepts more (negative axes)

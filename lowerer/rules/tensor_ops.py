@@ -16,13 +16,14 @@ import onnx
 from onnx import numpy_helper
 
 from lowerer.constants import constant_node_value
+from lowerer.reference import np_dtype
 from lowerer.rules.base import Emitter
 from lowerer.steps import generic
-from lowerer.steps.changes import AttrAdded, NegativeValues, Step, Types
-from lowerer.steps.generic import attribute_value, remove_attribute
-from lowerer.steps.registry import DOWN, adapter
+from lowerer.steps.changes import AttrAdded, NegativeValues, Semantics, Step, Types
+from lowerer.steps.generic import attribute_value, remove_attribute, set_attribute
+from lowerer.steps.registry import DOWN, UP, adapter
 
-__all__ = ["constant_down", "gather_11_down"]
+__all__ = ["constant_down", "gather_11_down", "one_hot_9_11", "one_hot_11_9"]
 
 _VALUE_FORMS = ("value_float", "value_floats", "value_int", "value_ints", "value_string", "value_strings",
                 "sparse_value")
@@ -69,8 +70,9 @@ def constant_down(em: Emitter, step: Step, direction: str) -> None:
     spelled = f"tensor({onnx.TensorProto.DataType.Name(value.data_type).lower()})"
     if spelled not in allowed:
         if em.scope.graph is None:
-            em.refuse(f"Constant-{schema.since_version} cannot hold {spelled}, and inside a function it cannot "
-                      "become an initializer")
+            kind = "a non-float constant" if value.data_type not in (1, 10, 11) else f"a {spelled} constant"
+            em.refuse(f"{kind} is needed, and inside a function that needs a Constant that holds it "
+                      f"(Constant-{schema.since_version} holds no {spelled}; functions have no initializers)")
         tensor = onnx.TensorProto()
         tensor.CopyFrom(value)
         tensor.name = node.output[0]
@@ -85,9 +87,9 @@ def _index_guard(em: Emitter, node: onnx.NodeProto, data: str, indices: str, axi
     if elem not in (onnx.TensorProto.INT32, onnx.TensorProto.INT64):
         em.refuse(f"negative indices became valid at {node.op_type}-11; guarding run-time indices needs their "
                   "type (int32 or int64), which is unknown")
-    if em.opset < 9:
+    if em.target < 9:
         em.refuse(f"run-time indices may be negative (allowed from {node.op_type}-11); the exact guard needs "
-                  "Where (opset >= 9); the lowest opset for this node is 9")
+                  "Where and an integer Less (opset >= 9); the lowest opset for this node is 9")
     if axis < 0:
         rank = em.require_rank(data, "to guard negative indices")
         axis += rank
@@ -113,3 +115,41 @@ def gather_11_down(em: Emitter, step: Step, direction: str) -> None:
         rest = tuple(c for c in step.changes if not (isinstance(c, NegativeValues) and c.input == 1))
         step = Step(step.op, step.previous, step.version, rest)
     generic.cross(em, step, direction, node)
+
+
+@adapter("OneHot", 11, DOWN)
+def one_hot_11_9(em: Emitter, step: Step, direction: str) -> None:
+    """Negative indices count from the back at 11: add ``depth`` to them (constants, or a run-time guard)."""
+    node = generic.copy_of(em.node)
+    indices, depth = node.input[0], node.input[1]
+    axis = attribute_value(node, "axis")
+    if isinstance(axis, int) and axis < 0:
+        set_attribute(node, "axis", axis + em.require_rank(indices, "to make the negative axis non-negative") + 1)
+    values, depth_value = em.constant(indices), em.constant(depth)
+    if values is not None and not np.any(values < 0):
+        pass
+    elif values is not None and depth_value is not None:
+        d = depth_value.reshape(-1)[0]
+        node.input[0] = em.const(np.where(values < 0, values + d, values).astype(values.dtype), "indices")
+    else:
+        if em.target < 9:
+            em.refuse("negative indices count from the back from OneHot-11; the exact guard needs Where (opset 9)")
+        elem = em.elem_type(indices)
+        if elem is None:
+            em.refuse("guarding negative indices needs their type, which is unknown (add type information)")
+        scalar_depth = em.op("Reshape", [depth, em.const(np.zeros([0], dtype=np.int64), "scalar")])
+        typed_depth = em.op("Cast", [scalar_depth], to=elem)
+        zero = em.const(np.zeros([], dtype=np_dtype(elem)), "zero")
+        negative = em.op("Less", [indices, zero])
+        node.input[0] = em.op("Where", [negative, em.op("Add", [indices, typed_depth]), indices])
+    generic.cross(em, step, direction, node, handled=(Semantics,))
+
+
+@adapter("OneHot", 11, UP)
+def one_hot_9_11(em: Emitter, step: Step, direction: str) -> None:
+    """At 9 a negative index gave an all-off row; at 11 it counts from the back: indices must be provably >= 0."""
+    values = em.constant(em.node.input[0])
+    if values is None or np.any(values < 0):
+        em.refuse("OneHot-9 gives an all-off row for a negative index where OneHot-11 counts it from the back, "
+                  "and this node's indices are not provably non-negative (a constant)")
+    generic.cross(em, step, direction, handled=(Semantics,))

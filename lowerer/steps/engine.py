@@ -58,6 +58,9 @@ class Conversion:
     constants: list[onnx.TensorProto] = field(default_factory=list)
     #: One entry per step crossed or rule applied (``ReduceSum 13 → 11: generic``).
     how: list[str] = field(default_factory=list)
+    #: The version and name of the node being converted (messages name the user's node by them).
+    first_version: int | None = None
+    first_name: str = ""
 
 
 @functools.lru_cache(maxsize=1024)
@@ -183,8 +186,21 @@ class StepEngine:
             ConversionError: no exact conversion exists (the message names node, op, versions and why).
         """
         facts = Facts(scope, self.shapes, self.constants, self._used)
-        conversion = Conversion([])
-        nodes = self._to(node, scope, source, target, facts, conversion)
+        conversion = Conversion([], first_name=node.name)
+        try:
+            nodes = self._to(node, scope, source, target, facts, conversion)
+        except ConversionError as e:
+            blamed = e.node
+            if not isinstance(blamed, onnx.NodeProto) or blamed.name == node.name:
+                raise
+            # A node made on the way (an adapter's Shape, Slice, Constant ...) cannot go further: name
+            # the node the user has, and say which part of its replacement is stuck.
+            inner = str(e).split(": ", 1)[1] if ": " in str(e) else str(e)
+            sv = since_version(node.op_type, source)
+            raise ConversionError(
+                f"node {_label(node)} ({node.op_type}-{sv}, in {scope.path}) cannot be converted to opset {target}: "
+                f"the {blamed.op_type} it is rewritten into ({'; '.join(conversion.how) or 'a rule'}) cannot be "
+                f"taken there: {inner}", node=node, scope=scope.path) from None
         if nodes is None:
             return None
         if len(nodes) == 1 and not conversion.constants and nodes[0] == node:
@@ -228,6 +244,11 @@ class StepEngine:
             refuse_attribute_references(node, scope, f"{op}-{sv}", target)
         far = step.version - 1 if direction == DOWN else step.version
         em = Emitter(node, scope, sv, far, self.names, facts, self.decompose)
+        em.target = target
+        if conversion.first_version is None:
+            conversion.first_version = sv
+        elif node.name == conversion.first_name:
+            em.shown_version = conversion.first_version
         adapter = adapter_for(op, step.version, direction)
         if adapter is not None:
             adapter(em, step, direction)

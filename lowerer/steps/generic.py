@@ -16,6 +16,7 @@ import onnx
 import onnx.defs
 from onnx import helper
 
+from lowerer.naming import NameGenerator
 from lowerer.reference import np_dtype
 from lowerer.rules.base import Emitter
 from lowerer.steps.changes import (
@@ -42,13 +43,18 @@ __all__ = [
     "PREDICATE_FUNCTIONS",
     "attribute",
     "attribute_value",
+    "check_arity",
     "check_types",
     "copy_of",
     "cross",
     "is_neutral",
+    "meaning_kept",
     "remove_attribute",
     "set_attribute",
 ]
+
+#: Every name lowerer makes holds this marker.
+NEW_NAME_MARK = NameGenerator.MARKER
 
 _FLOAT8 = frozenset(
     getattr(onnx.TensorProto, name) for name in
@@ -56,26 +62,51 @@ _FLOAT8 = frozenset(
     if hasattr(onnx.TensorProto, name))
 
 
-def _casts_to_float8(em: Emitter, node: onnx.NodeProto) -> bool:
+def _output_type(em: Emitter, node: onnx.NodeProto) -> int | None:
+    """The element type of output 0: Cast's ``to``, else what is known of the value."""
     to = attribute_value(node, "to")
-    if to is None and len(node.input) > 1:  # CastLike: the type of its second input
-        to = em.elem_type(node.input[1])
-    if to is None:  # QuantizeLinear: the zero point's type, or output_dtype
-        to = attribute_value(node, "output_dtype") or (em.elem_type(node.input[2]) if len(node.input) > 2
-                                                       and node.input[2] else None)
-    return to is None or int(to) in _FLOAT8  # type: ignore[call-overload]
+    if isinstance(to, int):
+        return to
+    return em.elem_type(node.output[0]) if node.output and node.output[0] else None
 
 
-def _reshape_shape_may_hold_zero(em: Emitter, node: onnx.NodeProto) -> bool:
-    shape = em.constant(node.input[1]) if len(node.input) > 1 else None
+def _present(node: onnx.NodeProto, index: int, outputs: bool = False) -> bool:
+    names = node.output if outputs else node.input
+    return len(names) > index and bool(names[index])
+
+
+def _input_1_has_zero(em: Emitter, node: onnx.NodeProto) -> bool:
+    shape = em.constant(node.input[1]) if _present(node, 1) else None
     return shape is None or bool(np.any(shape == 0))
 
 
-#: The predicates an :class:`AttrAdded` change may name in ``irrelevant_unless``: True when the
-#: attribute matters for this node (then only its neutral values may be dropped).
+def _input_0_half_float(em: Emitter, node: onnx.NodeProto) -> bool:
+    elem = em.elem_type(node.input[0]) if _present(node, 0) else None
+    return elem is None or elem in (onnx.TensorProto.FLOAT16, onnx.TensorProto.BFLOAT16)
+
+
+def _output_float8(em: Emitter, node: onnx.NodeProto) -> bool:
+    elem = _output_type(em, node)
+    return elem is None or elem in _FLOAT8
+
+
+def _output_float8e8m0(em: Emitter, node: onnx.NodeProto) -> bool:
+    elem = _output_type(em, node)
+    return elem is None or elem == getattr(onnx.TensorProto, "FLOAT8E8M0", -1)
+
+
+#: The predicates an :class:`AttrAdded` change may name in ``irrelevant_unless`` (described in
+#: :data:`lowerer.steps.table.PREDICATES`): True when the attribute matters for this node (then only
+#: its neutral values may be dropped). Unknown facts count as "matters".
 PREDICATE_FUNCTIONS: dict[str, Callable[[Emitter, onnx.NodeProto], bool]] = {
-    "cast_to_float8": _casts_to_float8,
-    "reshape_shape_may_hold_zero": _reshape_shape_may_hold_zero,
+    "output_float8": _output_float8,
+    "output_float8e8m0": _output_float8e8m0,
+    "output_1_present": lambda em, node: _present(node, 1, outputs=True),
+    "input_0_half_float": _input_0_half_float,
+    "input_1_has_zero": _input_1_has_zero,
+    "input_2_absent": lambda em, node: not _present(node, 2),
+    "input_2_present": lambda em, node: _present(node, 2),
+    "input_3_present": lambda em, node: _present(node, 3),
 }
 
 
@@ -160,23 +191,68 @@ def _formal_types(op: str, opset: int) -> tuple[tuple[tuple[frozenset[str], bool
     return (tuple(describe(p, False) for p in schema.inputs), tuple(describe(p, True) for p in schema.outputs))
 
 
+@functools.lru_cache(maxsize=4096)
+def _type_params(op: str, opset: int) -> tuple[tuple[str | None, ...], tuple[str | None, ...]]:
+    """The type parameter each formal input and output of ``op`` at ``opset`` binds (None: binds nothing).
+
+    A heterogeneous variadic parameter (If's outputs, Loop's carried values) lets each value
+    have its own type, so it binds nothing.
+    """
+    schema = _schema(op, opset)
+    variadic = onnx.defs.OpSchema.FormalParameterOption.Variadic
+
+    def param(p: onnx.defs.OpSchema.FormalParameter) -> str | None:
+        return None if p.option == variadic and not p.is_homogeneous else p.type_str
+
+    return tuple(param(p) for p in schema.inputs), tuple(param(p) for p in schema.outputs)
+
+
 def check_types(em: Emitter, node: onnx.NodeProto, opset: int, why: str) -> None:
-    """Refuse unless every type ``node`` uses is allowed by its schema at ``opset``."""
+    """Refuse unless every type ``node`` uses is allowed by its schema at ``opset``.
+
+    Each input and output must be of a type its formal parameter allows there, and the values
+    bound to one type parameter must share one type (Pow-7's base and exponent; Pow-12 let
+    them differ).
+    """
     inputs, outputs = _formal_types(node.op_type, opset)
-    for names, formals, kind in ((node.input, inputs, "input"), (node.output, outputs, "output")):
+    params = _type_params(node.op_type, opset)
+    bound: dict[str, tuple[str, str]] = {}
+    for names, formals, kinds, kind in ((node.input, inputs, params[0], "input"),
+                                        (node.output, outputs, params[1], "output")):
         for i, name in enumerate(names):
             if not name:
                 continue
             if not formals or (i >= len(formals) and not formals[-1][1]):
                 em.refuse(f"{why}: it has more {kind}s than {node.op_type} takes there")
-            allowed, _, shared = formals[min(i, len(formals) - 1)]
+            position = min(i, len(formals) - 1)
+            allowed, _, shared = formals[position]
             if shared:
-                continue  # typed by an input already checked
+                continue  # typed by an input, checked there
             spelled = em.facts.type_str(name)
             if spelled is None:
                 em.refuse(f"{why}, and the type of {kind} {name!r} is unknown; add type information (value_info)")
             if spelled not in allowed:
+                if spelled == "tensor(bfloat16)" and opset < 13:
+                    em.refuse(f"bfloat16 input, and no op accepts bfloat16 below opset 13 (not even Cast): {kind} "
+                              f"{name!r} of {node.op_type}; choose a target opset >= 13")
                 em.refuse(f"{why}: {kind} {name!r} is {spelled}, which {node.op_type} does not accept there")
+            param = kinds[position]
+            if param is None:
+                continue
+            first = bound.setdefault(param, (name, spelled))
+            if first[1] != spelled:
+                em.refuse(f"{why}: {first[0]!r} ({first[1]}) and {name!r} ({spelled}) must share one type there")
+
+
+def check_arity(em: Emitter, node: onnx.NodeProto, opset: int) -> None:
+    """Refuse unless ``node`` has as many inputs and outputs as its schema at ``opset`` allows."""
+    schema = _schema(node.op_type, opset)
+    for count, low, high, what in ((len(node.input), schema.min_input, schema.max_input, "takes"),
+                                   (len(node.output), schema.min_output, schema.max_output, "makes")):
+        if not low <= count <= high:
+            bounds = f"at least {low}" if high >= 1 << 30 else f"{low} to {high}" if low != high else f"{low}"
+            kind = "inputs" if what == "takes" else "outputs"
+            em.refuse(f"{node.op_type}-{schema.since_version} {what} {bounds} {kind} and this node has {count}")
 
 
 # -- crossing -----------------------------------------------------------------------------------
@@ -193,15 +269,30 @@ def cross(em: Emitter, step: Step, direction: str, node: onnx.NodeProto | None =
         node.CopyFrom(em.node)
     down = direction == DOWN
     moved = [c for c in step.changes if isinstance(c, AttrToInput) and AttrToInput not in handled]
-    for change in step.changes:
+    # Defaults first: an attribute absent on one side is written out with that side's default,
+    # which the other changes (an added attribute's neutral values ...) then judge.
+    ordered = sorted(step.changes, key=lambda c: not isinstance(c, DefaultChanged))
+    for change in ordered:
         if not isinstance(change, (AttrToInput, *handled)):
             _HANDLERS[type(change)](em, node, step, change, down)
     if moved:
         (_inputs_to_attributes if down else _attributes_to_inputs)(em, node, step, moved)
+    if any((o and em.facts.is_new(o)) or NEW_NAME_MARK in o for o in node.output):
+        em.facts.add_node(node, em.opset)  # an adapter renamed an output: its type comes from this node
+    check_arity(em, node, em.opset)
     if any(isinstance(c, Types) for c in step.changes) or moved:
         check_types(em, node, em.opset, f"{step.op} changed its types at version {step.version}")
     em.nodes.append(node)
     return node
+
+
+def meaning_kept(em: Emitter, step: Step, direction: str) -> None:
+    """Adapter for a :class:`Semantics` step whose change a node crossing in ``direction`` cannot observe.
+
+    Registered per step and direction where the table says so (e.g. ``Unsqueeze`` 1 → 11 up: the
+    newer version only accepts more); the step's other changes are crossed as usual.
+    """
+    cross(em, step, direction, handled=(Semantics,))
 
 
 def _label(step: Step, down: bool) -> str:
@@ -234,13 +325,13 @@ def _attr_removed(em: Emitter, node: onnx.NodeProto, step: Step, change: Change,
         if value is None and change.down_value is not None:
             set_attribute(node, change.name, change.down_value)
         return
-    if value is None:
-        return
-    if change.any_value or is_neutral(value, change.neutral):
+    if change.any_value or (value is None and None in change.neutral) or \
+            (value is not None and is_neutral(value, change.neutral)):
         remove_attribute(node, change.name)
         return
-    em.refuse(f"{step.op} lost attribute {change.name!r} at version {step.version}, and this node sets "
-              f"{change.name}={value!r}, which {_label(step, down)} cannot express")
+    shown = "leaves it at its default" if value is None else f"sets {change.name}={value!r}"
+    em.refuse(f"{step.op} lost attribute {change.name!r} at version {step.version}, and this node {shown}, "
+              f"which {_label(step, down)} cannot express")
 
 
 def _default_changed(em: Emitter, node: onnx.NodeProto, step: Step, change: Change, down: bool) -> None:
@@ -280,10 +371,6 @@ def _negative_values(em: Emitter, node: onnx.NodeProto, step: Step, change: Chan
     node.input[change.input] = em.const(fixed.astype(constant.dtype).reshape(constant.shape), "nonneg")
 
 
-#: Ops whose axes count from the *output* rank: (input rank) + this.
-_OUTPUT_RANK = {"Unsqueeze": lambda node, values: len(values), "OneHot": lambda node, values: 1}
-
-
 def _normalized(em: Emitter, node: onnx.NodeProto, step: Step, change: NegativeValues, values: np.ndarray,
                 where: str) -> np.ndarray:
     """``values`` with negative entries counted from the back made non-negative (or a refusal)."""
@@ -293,9 +380,6 @@ def _normalized(em: Emitter, node: onnx.NodeProto, step: Step, change: NegativeV
         if rank is None:
             em.refuse(f"{where} holds negative axes, which {_label(step, True)} does not accept, and the rank of "
                       f"{of!r} is unknown; add shape information (value_info)")
-        extra = _OUTPUT_RANK.get(node.op_type)
-        if extra is not None:
-            rank += extra(node, values)
         return np.where(values < 0, values + rank, values)
     # Indices: counted from the size along the node's axis.
     dims = em.dims(of) if of else None

@@ -44,12 +44,14 @@ _MODULES = (
     "lowerer.rules.tensor_ops",
     "lowerer.rules.normalization",
     "lowerer.rules.cast",
+    "lowerer.rules.quantization",
 )
 _loaded = False
 
 
-def adapter(ops: str | tuple[str, ...], version: int, *directions: str) -> Callable[[Adapter], Adapter]:
-    """Register the decorated function as the adapter of ``ops``' step into ``version``, in ``directions``.
+def adapter(ops: str | tuple[str, ...], version: int | tuple[int, ...], *directions: str
+            ) -> Callable[[Adapter], Adapter]:
+    """Register the decorated function as the adapter of ``ops``' step into ``version``(s), in ``directions``.
 
     Example::
 
@@ -57,11 +59,12 @@ def adapter(ops: str | tuple[str, ...], version: int, *directions: str) -> Calla
         def shape_15_13(em: Emitter, step: Step, direction: str) -> None: ...
     """
     names = (ops,) if isinstance(ops, str) else ops
+    versions = (version,) if isinstance(version, int) else version
 
     def register(fn: Adapter) -> Adapter:
         for op in names:
-            for direction in directions or (DOWN, UP):
-                key = (op, version, direction)
+            for v, direction in ((v, d) for v in versions for d in directions or (DOWN, UP)):
+                key = (op, v, direction)
                 if key in _ADAPTERS:
                     raise RuntimeError(f"two adapters for {op} step into {version} ({direction})")
                 _ADAPTERS[key] = fn

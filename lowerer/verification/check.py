@@ -14,6 +14,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+import ml_dtypes
 import numpy as np
 import onnx
 
@@ -34,11 +35,24 @@ from lowerer.verification.runner import (
 
 __all__ = ["CheckResult", "RewriteVerifier"]
 
-#: Ops whose kernels compute (rather than select or move) values. A rewrite only moves their data,
-#: but onnxruntime's kernels for different op versions or layouts (and the numpy reference) may
-#: round differently, so their float outputs match within :func:`tolerance_for`; a record says
-#: "exact" unless the tolerance was needed, and then states it with the largest difference.
-ARITHMETIC_OPS = frozenset({"Softmax", "LogSoftmax"})
+#: Ops whose kernels compute (rather than select or move) values. A rewrite of one keeps its
+#: arithmetic (a version relabel, an attribute at its neutral value dropped, the axis moved), but
+#: onnxruntime's kernels for different op versions, attribute sets or layouts may sum or round in
+#: another order (measured: AveragePool-19 with dilations=[1, 1] vs AveragePool-11, 1 ulp;
+#: float16 Softmax-11 vs -13, 1 ulp), and the numpy reference computes in float32/float64. Their
+#: float outputs must match within :func:`tolerance_for`; a record says "exact" unless the
+#: tolerance was needed, and then states it with the largest difference. Discrete outputs, and
+#: every op outside this set (data movement, selection, comparisons), are compared exactly.
+ARITHMETIC_OPS = frozenset({
+    "Softmax", "LogSoftmax", "AveragePool", "GlobalAveragePool", "LpPool", "GlobalLpPool", "LpNormalization",
+    "ReduceMean", "ReduceSum", "ReduceProd", "ReduceL1", "ReduceL2", "ReduceLogSum", "ReduceLogSumExp",
+    "ReduceSumSquare", "Conv", "ConvTranspose", "ConvInteger", "Gemm", "MatMul", "Einsum", "BatchNormalization",
+    "InstanceNormalization", "LayerNormalization", "GroupNormalization", "MeanVarianceNormalization", "LRN", "Mean",
+    "Sum", "CumSum", "Resize", "Upsample", "RoiAlign", "GRU", "LSTM", "RNN", "Attention", "DFT", "STFT",
+    "Exp", "Log", "Pow", "Sqrt", "Reciprocal", "Tanh", "Sigmoid", "Erf", "Softplus", "Softsign", "Elu", "Selu",
+    "Celu", "Gelu", "HardSigmoid", "HardSwish", "Mish", "Sin", "Cos", "Tan", "Asin", "Acos", "Atan", "Sinh",
+    "Cosh", "Asinh", "Acosh", "Atanh", "Div", "Mod", "Range", "Dropout",
+})
 
 Progress = Callable[[int, int], None]
 
@@ -181,6 +195,14 @@ class _Canon:
         return [self._tensor(t) for t in self._rewrite.constants]
 
 
+def _scale(values: np.ndarray) -> float:
+    """The largest finite magnitude in ``values`` (0 when there is none): what a sum's error scales with."""
+    if values.dtype.kind != "f" and values.dtype != np.dtype(ml_dtypes.bfloat16):
+        return 0.0
+    finite = np.abs(values[np.isfinite(values)].astype(np.float64))
+    return float(finite.max()) if finite.size else 0.0
+
+
 def _schema_types(node: onnx.NodeProto, opset: int) -> list[int]:
     """Element types the schema of ``node`` allows for its first input."""
     try:
@@ -277,7 +299,7 @@ class RewriteVerifier:
 
     # -- one distinct check ------------------------------------------------------------------------
     def _check(self, rewrite: Rewrite, canon: _Canon) -> CheckResult:
-        produced = {o for n in canon.replacement for o in n.output if o}
+        produced = {o for n in canon.replacement for o in n.output if o} | {t.name for t in canon.constants}
         missing = [orig for c, orig in canon.outputs if c not in produced]
         if missing:
             return CheckResult("failed", "replacement does not produce every output", "structure",
@@ -379,6 +401,9 @@ class RewriteVerifier:
         provider = orig.label if orig.label == repl.label else f"{orig.label} (original), {repl.label} (replacement)"
         tol: Tolerance | None = None  # set once a tolerance was needed
         arithmetic = rewrite.op_type in ARITHMETIC_OPS
+        # Range edges overflow in an order-dependent way in arithmetic kernels (a sum of +-3.4e38
+        # terms is inf in one order, finite in another): recorded for them, not judged.
+        judged = JUDGED_KINDS - {"edges"} if arithmetic else JUDGED_KINDS
         rng = np.random.default_rng([self.seed, zlib.crc32(repr(canon.key).encode())])
         names = [c for c, _, _ in in_specs]
         orig_names = dict(canon.inputs)
@@ -419,12 +444,12 @@ class RewriteVerifier:
                     repl.resolve_placement()
                 used_sets.append(desc)
                 for (_, orig_out), exp, act in zip(canon.outputs, expected, actual, strict=True):
-                    t = tolerance_for(exp.dtype, rewrite.op_type) if arithmetic else None
+                    t = tolerance_for(exp.dtype, rewrite.op_type, _scale(exp)) if arithmetic else None
                     diff, md = compare(exp, act, t)
-                    if t is not None and diff is None and kind in JUDGED_KINDS and compare(exp, act)[0] is not None:
+                    if t is not None and diff is None and kind in judged and compare(exp, act)[0] is not None:
                         tol = t
                     comparisons += 1
-                    if kind not in JUDGED_KINDS:
+                    if kind not in judged:
                         if diff is not None:
                             nan_notes.append(f"{desc}: output {orig_out!r} {diff.describe()} (recorded, not judged)")
                         continue

@@ -34,19 +34,32 @@ class Tolerance:
 _ULPS = {np.dtype(np.float16): 2, _BF16: 2, np.dtype(np.float32): 4, np.dtype(np.float64): 4}
 
 
-def tolerance_for(dtype: np.dtype, op: str = "Softmax") -> Tolerance | None:  # type: ignore[type-arg]
+#: For arithmetic ops other than Softmax/LogSoftmax: how many epsilons, times the output's largest
+#: magnitude (at least 1), two kernels summing in another order may differ by (AveragePool-19 with
+#: dilations=[1, 1] vs AveragePool-11 measured 8 ulp of a small average of larger values).
+KERNEL_EPSILONS = 16
+
+
+def tolerance_for(dtype: np.dtype, op: str = "Softmax", scale: float = 1.0) -> Tolerance | None:  # type: ignore[type-arg]
     """The tolerance for ``op``'s outputs of ``dtype`` where arithmetic may differ (None: exact).
 
     Softmax is judged in ulps only (small probabilities keep their relative precision);
     LogSoftmax also accepts an absolute difference of the same number of epsilons, for
-    outputs near 0 whose error is set by the larger terms of the row.
+    outputs near 0 whose error is set by the larger terms of the row. Other arithmetic ops
+    (sums, averages, products) also accept :data:`KERNEL_EPSILONS` epsilons times ``scale``
+    (the largest magnitude in the expected output, at least 1): a sum's rounding error is set
+    by its largest terms, not by the (possibly cancelled) result.
     """
     key = np.dtype(dtype)
     ulps = _ULPS.get(key)
     if ulps is None:
         return None
     eps = float(ml_dtypes.finfo(key).eps) if key == _BF16 else float(np.finfo(key).eps)
-    return Tolerance(ulps, ulps * eps if op == "LogSoftmax" else 0.0)
+    if op == "Softmax":
+        return Tolerance(ulps, 0.0)
+    if op == "LogSoftmax":
+        return Tolerance(ulps, ulps * eps)
+    return Tolerance(ulps, KERNEL_EPSILONS * eps * max(1.0, scale))
 
 
 _INT_VIEW = {np.dtype(np.float16): np.int16, _BF16: np.int16, np.dtype(np.float32): np.int32,

@@ -82,9 +82,13 @@ class ReferenceEngine:
         return reference.evaluate(self.nodes, self.opset, {**self.constants, **feeds}, self.outputs)
 
 
-def quiet_session_options() -> Any:
-    """onnxruntime session options for checks: no graph optimizations, one thread, no log output."""
-    import onnxruntime as ort
+def quiet_session_options(ort: Any = None) -> Any:
+    """The session options of checks: no graph optimizations, one thread, no log output.
+
+    ``ort``: the onnxruntime module to use (tests pass a fake one); imported when None.
+    """
+    if ort is None:
+        import onnxruntime as ort
 
     so = ort.SessionOptions()
     so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
@@ -103,7 +107,7 @@ class SessionMaker:
         self._ort: Any = None
 
     def _options(self, strict: bool = False, profile: bool = False) -> Any:
-        so = quiet_session_options()
+        so = quiet_session_options(self._ort)
         if strict:
             so.add_session_config_entry("session.disable_cpu_ep_fallback", "1")
         if profile:
