@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Hashable
+from typing import cast
 
 import onnx
 from onnx import helper
@@ -25,7 +26,7 @@ from lowerer.errors import ConversionError
 from lowerer.naming import NameGenerator
 from lowerer.opsets import since_version
 from lowerer.scopes import Scope
-from lowerer.shapes import ShapeIndex
+from lowerer.shapes import ShapeIndex, ValueType
 
 __all__ = ["ForeignConverter", "ForeignResult"]
 
@@ -216,7 +217,7 @@ class ForeignConverter:
                 continue
             if t is None:
                 t = self._shapes.lookup(scope, name, lambda vt: vt[0] != 0)
-            elem, dims = (t if t is not None else (onnx.TensorProto.FLOAT, None))  # type: ignore[misc]
+            elem, dims = cast("ValueType", t if t is not None else (onnx.TensorProto.FLOAT, None))
             elem = elem or onnx.TensorProto.FLOAT
             dims = None if dims is None else list(dims)
             value_inputs.append((canonical[name], elem, dims))
@@ -259,7 +260,7 @@ class ForeignConverter:
             seen.add(name)
             if t is None:
                 t = self._shapes.lookup(scope, name, lambda vt: vt[0] != 0)
-            elem, dims = (t if t is not None else (onnx.TensorProto.FLOAT, None))  # type: ignore[misc]
+            elem, dims = cast("ValueType", t if t is not None else (onnx.TensorProto.FLOAT, None))
             inputs.append(helper.make_tensor_value_info(name, elem or onnx.TensorProto.FLOAT,
                                                         None if dims is None else list(dims)))
         outputs = [helper.make_empty_tensor_value_info(o) for o in node.output if o]

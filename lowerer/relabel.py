@@ -73,7 +73,7 @@ def _type_str(tp: onnx.TypeProto) -> str | None:
 
 
 def _boundary_types(node: onnx.NodeProto) -> list[onnx.TypeProto]:
-    out = []
+    out: list[onnx.TypeProto] = []
     for attr in node.attribute:
         graphs = [attr.g] if attr.type == onnx.AttributeProto.GRAPH else list(attr.graphs)
         for g in graphs:
