@@ -47,17 +47,17 @@ class HasIrModel(Protocol):
 @overload
 def convert(model: onnx.ModelProto, *, target_opset: int | None = ..., decompose: Iterable[str] | str = ...,
             verify: bool = ..., providers: Sequence[str] | None = ..., seed: int = ...,
-            verify_model: bool | ModelCheckOptions = ..., optimize: bool = ...,
+            verify_model: bool | ModelCheckOptions = ..., optimize: bool | ModelCheckOptions = ...,
             progress: ProgressCallback | None = ...) -> ConvertResult[onnx.ModelProto]: ...
 @overload
 def convert(model: str | os.PathLike[str], *, target_opset: int | None = ..., decompose: Iterable[str] | str = ...,
             verify: bool = ..., providers: Sequence[str] | None = ..., seed: int = ...,
-            verify_model: bool | ModelCheckOptions = ..., optimize: bool = ...,
+            verify_model: bool | ModelCheckOptions = ..., optimize: bool | ModelCheckOptions = ...,
             progress: ProgressCallback | None = ...) -> ConvertResult[onnx.ModelProto]: ...
 @overload
 def convert(model: ir.Model | HasIrModel, *, target_opset: int | None = ..., decompose: Iterable[str] | str = ...,
             verify: bool = ..., providers: Sequence[str] | None = ..., seed: int = ...,
-            verify_model: bool | ModelCheckOptions = ..., optimize: bool = ...,
+            verify_model: bool | ModelCheckOptions = ..., optimize: bool | ModelCheckOptions = ...,
             progress: ProgressCallback | None = ...) -> ConvertResult[ir.Model]: ...
 
 
@@ -70,7 +70,7 @@ def convert(
     providers: Sequence[str] | None = None,
     seed: int = 0,
     verify_model: bool | ModelCheckOptions = False,
-    optimize: bool = False,
+    optimize: bool | ModelCheckOptions = False,
     progress: ProgressCallback | None = None,
 ) -> ConvertResult[onnx.ModelProto] | ConvertResult[ir.Model]:
     """Convert a model to ``target_opset`` and/or decompose ops, verifying each rewrite.
@@ -93,7 +93,8 @@ def convert(
             ``allow_unverified`` is set there.
         optimize: afterwards fold constants and remove dead nodes with ``onnxscript.optimizer``
             (functions are kept), and check that the optimized model computes what the converted one
-            does (a whole-model comparison with ``verify_model``'s options). Needs onnxscript.
+            does: a whole-model comparison, steered by the ``ModelCheckOptions`` given here (True:
+            ``verify_model``'s options, or the defaults). Needs onnxscript (``lowerer[optimize]``).
         progress: receives :class:`~lowerer.progress.Progress` updates of the long phases.
 
     Returns:
@@ -175,26 +176,27 @@ def convert(
         verify_models(ModelSource(original, source_dir, "original"), ModelSource(proto, source_dir, "converted"),
                       options=options, providers=providers, seed=seed, report=report, progress=progress)
         del original
-    if optimize:
+    if optimize is not False and optimize is not None:
         from lowerer.optimize import optimize_model
 
-        proto = optimize_model(proto, source_dir, report=report, options=options, providers=providers, seed=seed,
-                               progress=progress)
+        optimize_options = options if optimize is True else _model_check_options(optimize, "optimize")
+        proto = optimize_model(proto, source_dir, report=report, options=optimize_options, providers=providers,
+                               seed=seed, progress=progress)
     if kind == "ir":
         return ConvertResult(_to_ir(proto), report)
     return ConvertResult(proto, report)
 
 
-def _model_check_options(verify_model: object) -> ModelCheckOptions | None:
+def _model_check_options(value: object, name: str = "verify_model") -> ModelCheckOptions | None:
     from lowerer.verification.whole import ModelCheckOptions
 
-    if verify_model is False or verify_model is None:
+    if value is False or value is None:
         return None
-    if verify_model is True:
+    if value is True:
         return ModelCheckOptions()
-    if isinstance(verify_model, ModelCheckOptions):
-        return verify_model
-    raise InputError(f"verify_model must be True, False or a ModelCheckOptions, not {type(verify_model).__name__}")
+    if isinstance(value, ModelCheckOptions):
+        return value
+    raise InputError(f"{name} must be True, False or a ModelCheckOptions, not {type(value).__name__}")
 
 
 def _ir_model_of(model: object) -> ir.Model | None:

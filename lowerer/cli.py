@@ -85,12 +85,13 @@ def _broken_pipe() -> NoReturn:
     """The reader of stdout went away: stop quietly, as Unix tools do (no message, exit 141)."""
     import os
 
-    try:  # nothing more can reach the reader; keep the interpreter's final flush from failing too
-        devnull = os.open(os.devnull, os.O_WRONLY)
-        os.dup2(devnull, sys.stdout.fileno())
-        os.close(devnull)
-    except (OSError, ValueError):
-        pass
+    for stream in (sys.stdout, sys.stderr):  # keep the interpreter's final flush from failing too
+        try:
+            devnull = os.open(os.devnull, os.O_WRONLY)
+            os.dup2(devnull, stream.fileno())
+            os.close(devnull)
+        except (OSError, ValueError):
+            pass
     sys.exit(EXIT_BROKEN_PIPE)
 
 
@@ -190,7 +191,8 @@ def convert(input_path: Path, output_path: Path, target_opset: int | None, decom
         result = convert_model(input_path, target_opset=target_opset, decompose=names, verify=verify,
                                providers=_split(providers), seed=seed,
                                verify_model=options if verify_model and options is not None else False,
-                               optimize=optimize, progress=progress if progress.enabled else None)
+                               optimize=options if optimize and options is not None else False,
+                               progress=progress if progress.enabled else None)
         progress(Progress("write", 0, 1, "files"))
         # external data is found beside the path as given (like onnx.load), not beside a link's target
         save_model(result.model, output_path, source_dir=input_path.parent.resolve(), external_data=external_data)

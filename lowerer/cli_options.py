@@ -106,7 +106,7 @@ def model_check_options(fn: F) -> F:
                      help="Shape of an input, e.g. ids:1x128 (repeatable; default: dynamic dims 1, then 2)."),
         click.option("--val-range", "val_range", multiple=True, metavar="[NAME:]LO,HI",
                      help="Inclusive value range of an input (or of every input without NAME), e.g. ids:0,30521 "
-                          "(repeatable; default: index inputs in range, others random).)"),
+                          "(repeatable; default: index inputs in range, others random)."),
         click.option("--load-inputs", "load_inputs", multiple=True, metavar="IN.npz",
                      type=click.Path(path_type=Path),
                      help="Run on these inputs (arrays named after the inputs) instead of generated ones."),

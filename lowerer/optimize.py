@@ -79,7 +79,8 @@ def optimize_model(model: onnx.ModelProto, source_dir: Path | None, *, report: R
                               f"{' '.join(str(e).split())}; convert without --optimize") from None
     after = count_nodes(optimized)
     notify(progress, "optimize", 1, 1, "passes")
-    report.optimization = {"tool": f"onnxscript {getattr(onnxscript, '__version__', '?')}.optimizer.optimize_ir",
+    version = getattr(onnxscript, "__version__", "?")
+    report.optimization = {"tool": f"onnxscript.optimizer.optimize_ir, onnxscript {version}",
                            "functions": "kept (inline=False)", "nodes_before": before, "nodes_after": after}
     logger.info("optimize: %d nodes -> %d", before, after)
     from lowerer.verification.whole import ModelSource, verify_models

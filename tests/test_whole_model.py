@@ -223,7 +223,9 @@ def test_input_shapes_and_value_ranges_steer_generation(tmp_path: Path) -> None:
     code, out, err = _invoke(["verify", str(src), str(src), "--input-shapes", "ids:2x7", "--val-range", "ids:10,12",
                               "--save-inputs", str(saved)])
     assert code == 0, err
-    sets = load_sets([saved], [s for s in model_inputs(onnx.load(src)) if not isinstance(s, str)])  # type: ignore[misc]
+    specs = model_inputs(onnx.load(src))
+    assert not isinstance(specs, str)
+    sets = load_sets([saved], specs)
     assert len(sets) == 3  # every dim fixed: one binding, three kinds
     for feed_set in sets:
         ids = feed_set.feeds["ids"]
@@ -372,3 +374,17 @@ def test_no_size_cap() -> None:
     from lowerer.verification import whole
 
     assert not hasattr(whole, "MAX_MODEL_BYTES")
+
+
+def test_optimize_from_the_command_line_is_checked_and_steerable(tmp_path: Path) -> None:
+    example = Path(__file__).resolve().parent.parent / "examples" / "example_opset11.onnx"
+    out, saved = tmp_path / "o.onnx", tmp_path / "in.npz"
+    code, _, err = _invoke(["convert", str(example), "-o", str(out), "--target-opset", "13", "--decompose", "all",
+                            "--no-verify", "--optimize", "--input-shapes", "image:3x3x8x8", "--save-inputs",
+                            str(saved)])
+    assert code == 0, err
+    assert "optimized: " in err and "optimization check: equal: 5 output(s) equal exactly on 3 input set(s)" in err
+    specs = model_inputs(onnx.load(example))
+    assert not isinstance(specs, str)
+    sets = load_sets([saved], specs)  # the options reached the optimization check
+    assert [s.feeds["image"].shape for s in sets] == [(3, 3, 8, 8)] * 3

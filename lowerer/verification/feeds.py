@@ -25,7 +25,7 @@ import os
 import tempfile
 import zipfile
 from collections.abc import Iterable, Iterator, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -104,8 +104,9 @@ def _type_name(elem_type: int) -> str:
     try:
         return str(np_dtype(elem_type))
     except Exception:  # an element type numpy has no dtype for
-        return onnx.TensorProto.DataType.Name(elem_type).lower() if elem_type in onnx.TensorProto.DataType.values() \
-            else f"type {elem_type}"
+        if elem_type in onnx.TensorProto.DataType.values():
+            return str(onnx.TensorProto.DataType.Name(elem_type)).lower()
+        return f"type {elem_type}"
 
 
 def model_inputs(model: onnx.ModelProto) -> list[InputSpec] | str:
@@ -586,13 +587,3 @@ def save_sets(path: str | os.PathLike[str], sets: Sequence[FeedSet]) -> None:
         with contextlib.suppress(OSError):
             os.unlink(tmp)
         raise
-
-
-@dataclass
-class FeedOptions:
-    """How a whole-model check chooses its inputs (see the module's documentation)."""
-
-    input_shapes: dict[str, tuple[int, ...]] = field(default_factory=dict)
-    value_ranges: dict[str, tuple[float, float]] = field(default_factory=dict)
-    load_inputs: list[Path] = field(default_factory=list)
-    save_inputs: Path | None = None

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import logging
 import zlib
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -183,9 +183,8 @@ def _compare(a: ModelSource, b: ModelSource, opts: ModelCheckOptions, providers:
     if opts.save_inputs is not None:
         save_sets(opts.save_inputs, sets)
     maker = SessionMaker(chosen)
-    total = 2 * len(sets)
-    results_a, errors_a, engine_a = _run_all(maker, a, sets, lambda k: notify(progress, "model-check", k, total,
-                                                                              "runs", a.name))
+    results_a, errors_a, engine_a = _run_all(maker, a, sets, lambda k: notify(progress, "model-check", k,
+                                                                              2 * len(sets), "runs", a.name))
     if isinstance(engine_a, str):
         return not_run(f"onnxruntime cannot run {a.name}: {engine_a}")
     ran = [i for i, r in enumerate(results_a) if r is not None]
@@ -199,8 +198,8 @@ def _compare(a: ModelSource, b: ModelSource, opts: ModelCheckOptions, providers:
         return not_run(f"{a.name} did not run on any input set (first: {sets[first[0]].label}: {first[1]})",
                        **details)
     kept = [sets[i] for i in ran]
-    results_b, errors_b, engine_b = _run_all(maker, b, kept, lambda k: notify(progress, "model-check",
-                                                                              len(sets) + k, total, "runs", b.name))
+    results_b, errors_b, engine_b = _run_all(maker, b, kept, lambda k: notify(progress, "model-check", len(sets) + k,
+                                                                              len(sets) + len(kept), "runs", b.name))
     if isinstance(engine_b, str):
         return not_run(f"onnxruntime cannot run {b.name}: {engine_b}", **details)
     provider = engine_a.label
@@ -236,7 +235,7 @@ def _compare(a: ModelSource, b: ModelSource, opts: ModelCheckOptions, providers:
 
 
 def _run_all(maker: SessionMaker, side: ModelSource, sets: Sequence[FeedSet],
-             tick: Any) -> tuple[list[list[np.ndarray] | None], dict[int, str], OrtEngine | str]:
+             tick: Callable[[int], None]) -> tuple[list[list[np.ndarray] | None], dict[int, str], OrtEngine | str]:
     """Run one model on every set (one session, freed after): outputs per set (None where it raised), errors."""
     data = _runnable(side.model)
     if isinstance(data, str):
@@ -256,10 +255,8 @@ def _run_all(maker: SessionMaker, side: ModelSource, sets: Sequence[FeedSet],
             results.append(None)
             errors[i] = " ".join(str(e).split()).replace("[ONNXRuntimeError] : ", "")
         tick(i + 1)
-    label, placement = engine.label, engine.placement
     engine.session = None  # free the session (and the weights it holds) before the other model loads
-    finished = OrtEngine(None, label, placement)
-    return results, errors, finished
+    return results, errors, engine
 
 
 def _difference(bad: Sequence[OutputStats], names: tuple[str, str], tol: Tolerance, provider: str) -> str:
