@@ -388,3 +388,23 @@ def test_optimize_from_the_command_line_is_checked_and_steerable(tmp_path: Path)
     assert not isinstance(specs, str)
     sets = load_sets([saved], specs)  # the options reached the optimization check
     assert [s.feeds["image"].shape for s in sets] == [(3, 3, 8, 8)] * 3
+
+
+def test_scalar_outputs_compare() -> None:
+    one, two = np.array(1.0, dtype=np.float32), np.array(2.0, dtype=np.float32)
+    diff, _ = compare(one, two)
+    assert diff is not None and diff.index == () and (diff.expected, diff.actual) == (1.0, 2.0)
+    s = statistics(one, two)
+    assert s.mismatches == 1 and s.worst_index == [] and s.worst == (1.0, 2.0)
+    assert statistics(np.array(np.nan), np.array(np.nan)).mismatches == 0
+
+
+def test_external_locations_leading_out_are_not_run(tmp_path: Path) -> None:
+    src = _external_model(tmp_path / "model")
+    model = onnx.load(src, load_external_data=False)
+    for entry in model.graph.initializer[0].external_data:
+        if entry.key == "location":
+            entry.value = "../outside.bin"
+    (tmp_path / "outside.bin").write_bytes(b"\0" * 256)
+    result = compare_models(ModelSource(model, src.parent, "A"), ModelSource(model, src.parent, "B"))
+    assert result.status == "not-run" and "leads out of the model's folder" in result.reason

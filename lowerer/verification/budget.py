@@ -63,6 +63,9 @@ def claimed_bytes(model: onnx.ModelProto, base_dir: Path | None) -> int | str:
         if base_dir is None:
             return f"tensor {tensor.name!r} is in external data ({location!r}) and the model's folder is not known"
         if location not in sizes:
+            if not _inside(location, base_dir):
+                return (f"tensor {tensor.name!r}: its external data location {location!r} leads out of the "
+                        "model's folder")
             try:
                 sizes[location] = os.stat(base_dir / location).st_size
             except OSError as e:
@@ -79,6 +82,17 @@ def claimed_bytes(model: onnx.ModelProto, base_dir: Path | None) -> int | str:
                     f"which has {size} bytes")
         total += length
     return total
+
+
+def _inside(location: str, base_dir: Path) -> bool:
+    """Whether ``location`` (relative, no ``..``, no link leading out) stays inside ``base_dir``."""
+    if not location or os.path.isabs(location) or location.startswith(("/", "\\")) or ":" in location:
+        return False
+    if ".." in Path(location.replace("\\", "/")).parts:
+        return False
+    root = base_dir.resolve()
+    resolved = (root / location).resolve()
+    return resolved == root or root in resolved.parents
 
 
 def available_memory() -> int | None:

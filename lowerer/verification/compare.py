@@ -152,6 +152,8 @@ def compare(expected: np.ndarray, actual: np.ndarray, tol: Tolerance | None = No
         return Difference(what), float("inf")
     if expected.size == 0:
         return None, 0.0
+    shape = expected.shape
+    expected, actual = expected.reshape(-1), actual.reshape(-1)  # 0-d values too: numpy scalars take no masks
     e, a = _as_float(expected), _as_float(actual)
     if e.dtype.kind == "f":
         nan_e, nan_a = np.isnan(e), np.isnan(a)
@@ -172,8 +174,9 @@ def compare(expected: np.ndarray, actual: np.ndarray, tol: Tolerance | None = No
     max_diff = float(np.max(diff)) if diff.size else 0.0
     if not np.any(bad):
         return None, max_diff
-    index = tuple(int(i) for i in np.argwhere(bad)[0])
-    return Difference("values differ", index, _scalar(expected[index]), _scalar(actual[index])), max_diff
+    flat = int(np.argwhere(bad)[0][0])
+    index = tuple(int(i) for i in np.unravel_index(flat, shape))
+    return Difference("values differ", index, _scalar(expected[flat]), _scalar(actual[flat])), max_diff
 
 
 def _scalar(v: object) -> object:
@@ -298,6 +301,8 @@ def statistics(expected: np.ndarray, actual: np.ndarray, tol: Tolerance = EXACT,
     stats.count = int(expected.size)
     if expected.size == 0:
         return stats
+    shape = expected.shape
+    expected, actual = expected.reshape(-1), actual.reshape(-1)  # 0-d values too: numpy scalars take no masks
     e, a = _as_float(expected), _as_float(actual)
     if is_float:
         e64, a64 = e.astype(np.float64), a.astype(np.float64)
@@ -331,8 +336,7 @@ def statistics(expected: np.ndarray, actual: np.ndarray, tol: Tolerance = EXACT,
     stats.max_rel = float(np.max(rel))
     ranked = np.where(bad, diff, -1.0) if stats.mismatches else diff
     flat = int(np.argmax(ranked))
-    index = tuple(int(i) for i in np.unravel_index(flat, expected.shape))
-    stats.worst_index = list(index)
-    stats.worst = (_scalar(expected[index]), _scalar(actual[index]))
-    stats._worst_key = (stats.mismatches > 0, float(diff[index]))
+    stats.worst_index = [int(i) for i in np.unravel_index(flat, shape)]
+    stats.worst = (_scalar(expected[flat]), _scalar(actual[flat]))
+    stats._worst_key = (stats.mismatches > 0, float(diff[flat]))
     return stats
