@@ -7,6 +7,10 @@ The public API::
     result.model   # an onnx.ModelProto (or an onnx_ir.Model when one was given)
     result.report  # one record per rewrite
 
+    # whole-model check with a tolerance and steered inputs
+    options = lowerer.ModelCheckOptions(tolerance=lowerer.Tolerance(rtol=1e-6), input_shapes={"ids": (1, 128)})
+    lowerer.convert("model.onnx", target_opset=11, verify_model=options)
+
 Errors are :class:`LowererError` (a ``ValueError``): :class:`InputError`,
 :class:`ConversionError` and :class:`VerificationError`.
 """
@@ -26,7 +30,10 @@ from lowerer.errors import (
 if TYPE_CHECKING:
     from lowerer.api import ConvertResult, convert
     from lowerer.ir_pass import LowerPass
+    from lowerer.progress import Progress
     from lowerer.report import Report, Rewrite
+    from lowerer.verification.compare import Tolerance
+    from lowerer.verification.whole import ModelCheckOptions
 
 __all__ = [
     "ConversionError",
@@ -34,8 +41,11 @@ __all__ = [
     "InputError",
     "LowerPass",
     "LowererError",
+    "ModelCheckOptions",
+    "Progress",
     "Report",
     "Rewrite",
+    "Tolerance",
     "VerificationError",
     "__version__",
     "convert",
@@ -47,6 +57,9 @@ _LAZY = {
     "Report": "lowerer.report",
     "Rewrite": "lowerer.report",
     "LowerPass": "lowerer.ir_pass",
+    "ModelCheckOptions": "lowerer.verification.whole",
+    "Progress": "lowerer.progress",
+    "Tolerance": "lowerer.verification.compare",
 }
 
 
@@ -57,6 +70,12 @@ def __getattr__(name: str) -> Any:
         raise AttributeError(f"module 'lowerer' has no attribute {name!r}")
     import importlib
 
-    value = getattr(importlib.import_module(module), name)
+    try:
+        imported = importlib.import_module(module)
+    except ModuleNotFoundError as e:
+        if e.name in ("onnx_ir", "onnxscript"):
+            raise ImportError(f"lowerer.{name} needs {e.name.replace('_', '-')}: pip install 'lowerer[ir]'") from e
+        raise
+    value = getattr(imported, name)
     globals()[name] = value
     return value

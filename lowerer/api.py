@@ -2,18 +2,27 @@
 
 from __future__ import annotations
 
+import logging
 import os
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Generic, TypeVar
+from typing import TYPE_CHECKING, Generic, Protocol, TypeVar, overload
 
 import onnx
 
-from lowerer.errors import InputError
+from lowerer.errors import InputError, LowererError
+from lowerer.progress import ProgressCallback, notify
 from lowerer.report import Report
 
-__all__ = ["ConvertResult", "convert"]
+if TYPE_CHECKING:
+    import onnx_ir as ir
+
+    from lowerer.verification.whole import ModelCheckOptions
+
+__all__ = ["ConvertResult", "HasIrModel", "convert"]
+
+logger = logging.getLogger(__name__)
 
 ModelT = TypeVar("ModelT")
 
@@ -26,33 +35,71 @@ class ConvertResult(Generic[ModelT]):
     report: Report
 
 
+class HasIrModel(Protocol):
+    """Anything holding an ``onnx_ir.Model`` in ``.model``, e.g. ``torch.onnx.ONNXProgram``."""
+
+    @property
+    def model(self) -> ir.Model:
+        """The onnx_ir model."""
+        ...
+
+
+@overload
+def convert(model: onnx.ModelProto, *, target_opset: int | None = ..., decompose: Iterable[str] | str = ...,
+            verify: bool = ..., providers: Sequence[str] | None = ..., seed: int = ...,
+            verify_model: bool | ModelCheckOptions = ..., optimize: bool | ModelCheckOptions = ...,
+            progress: ProgressCallback | None = ...) -> ConvertResult[onnx.ModelProto]: ...
+@overload
+def convert(model: str | os.PathLike[str], *, target_opset: int | None = ..., decompose: Iterable[str] | str = ...,
+            verify: bool = ..., providers: Sequence[str] | None = ..., seed: int = ...,
+            verify_model: bool | ModelCheckOptions = ..., optimize: bool | ModelCheckOptions = ...,
+            progress: ProgressCallback | None = ...) -> ConvertResult[onnx.ModelProto]: ...
+@overload
+def convert(model: ir.Model | HasIrModel, *, target_opset: int | None = ..., decompose: Iterable[str] | str = ...,
+            verify: bool = ..., providers: Sequence[str] | None = ..., seed: int = ...,
+            verify_model: bool | ModelCheckOptions = ..., optimize: bool | ModelCheckOptions = ...,
+            progress: ProgressCallback | None = ...) -> ConvertResult[ir.Model]: ...
+
+
 def convert(
-    model: onnx.ModelProto | Any | str | os.PathLike[str],
+    model: onnx.ModelProto | ir.Model | HasIrModel | str | os.PathLike[str],
     *,
     target_opset: int | None = None,
     decompose: Iterable[str] | str = (),
     verify: bool = True,
     providers: Sequence[str] | None = None,
     seed: int = 0,
-    verify_model: bool = False,
-    progress: Callable[[int, int], None] | None = None,
-) -> ConvertResult[Any]:
+    verify_model: bool | ModelCheckOptions = False,
+    optimize: bool | ModelCheckOptions = False,
+    progress: ProgressCallback | None = None,
+) -> ConvertResult[onnx.ModelProto] | ConvertResult[ir.Model]:
     """Convert a model to ``target_opset`` and/or decompose ops, verifying each rewrite.
 
     Args:
-        model: an ``onnx.ModelProto`` (not modified), an ``onnx_ir.Model`` (not modified), or the
+        model: an ``onnx.ModelProto`` (not modified), an ``onnx_ir.Model`` (not modified), anything
+            holding one in ``.model`` (a ``torch.onnx.ONNXProgram``; torch is not imported), or the
             path of an .onnx file (external data stays unloaded; paths are checked).
         target_opset: the default-domain opset to convert to; None keeps the model's.
         decompose: names of decompositions to apply (``hardmax``, ``globalmaxpool``, ``all``).
         verify: run each rewrite before and after in onnxruntime and compare exactly.
         providers: onnxruntime execution providers to verify on (``cuda``, ``dml``, ``cpu`` or full
-            names); None picks CUDA, then DirectML, then CPU, whichever is installed.
+            names), a strict list: one not installed is an error; None picks CUDA, then DirectML,
+            then CPU, whichever is installed.
         seed: seed of the generated verification inputs.
-        verify_model: also run the whole original and converted models and compare their outputs.
-        progress: called with (rewrites verified so far, distinct checks run) after each rewrite.
+        verify_model: also run the whole original and converted models and compare their outputs:
+            True with the defaults (exact, generated inputs), or a
+            :class:`~lowerer.verification.whole.ModelCheckOptions` (tolerance, input shapes, value
+            ranges, inputs to load or save). A check that cannot run raises unless
+            ``allow_unverified`` is set there.
+        optimize: afterwards fold constants and remove dead nodes with ``onnxscript.optimizer``
+            (functions are kept), and check that the optimized model computes what the converted one
+            does: a whole-model comparison, steered by the ``ModelCheckOptions`` given here (True:
+            ``verify_model``'s options, or the defaults). Needs onnxscript (``lowerer[optimize]``).
+        progress: receives :class:`~lowerer.progress.Progress` updates of the long phases.
 
     Returns:
-        A :class:`ConvertResult` whose ``model`` is the same kind as given.
+        A :class:`ConvertResult` whose ``model`` is the same kind as given (an ``onnx_ir.Model``
+        for an object holding one).
 
     Raises:
         LowererError: bad input (``InputError``), a conversion that cannot be done exactly
@@ -86,23 +133,31 @@ def convert(
         except Exception:  # e.g. over 2 GiB: protobuf cannot serialize it
             serialized = None
             proto.CopyFrom(model)
-    elif _is_ir_model(model):
-        import onnx_ir as ir
-
-        proto = ir.serde.serialize_model(model)
-        kind = "ir"
     else:
-        raise InputError(f"cannot convert a {type(model).__name__}: give an onnx.ModelProto, an "
-                         "onnx_ir.Model or a path")
+        ir_model = _ir_model_of(model)
+        if ir_model is None:
+            raise InputError(f"cannot convert a {type(model).__name__}: give an onnx.ModelProto, an "
+                             "onnx_ir.Model (or an object holding one in .model, like torch.onnx.ONNXProgram) "
+                             "or a path")
+        proto = _from_ir(ir_model)
+        kind = "ir"
+    options = _model_check_options(verify_model)
     original = None
-    if verify_model or serialized is None:
+    if options is not None or serialized is None:
         original = onnx.ModelProto()
         original.CopyFrom(proto)
     verifier = None
     if verify:
         from lowerer.verification import make_verifier
 
-        verifier = make_verifier(providers=providers, seed=seed, progress=progress)
+        def on_verified(rewrites: int, checks: int) -> None:
+            notify(progress, "verify", rewrites, None, "rewrites", f"{checks} distinct checks")
+
+        verifier = make_verifier(providers=providers, seed=seed, progress=on_verified if progress else None)
+    source_ir = proto.ir_version
+    logger.info("converting: IR version %d, %d graph nodes, %d functions; target opset %s, decompose %s",
+                proto.ir_version, len(proto.graph.node), len(proto.functions), target_opset,
+                decompose if isinstance(decompose, str) else ", ".join(decompose) or "none")
     report = run_pipeline(proto, target_opset=target_opset, decompose=decompose, verifier=verifier,
                           serialized=serialized)
     if target_opset is not None or report.decompose:
@@ -114,19 +169,29 @@ def convert(
             if why is not None:
                 _refuse_unloadable(proto, why, serialized if serialized is not None else original, report)
     del serialized
+    report.source_ir_version, report.ir_version = source_ir, proto.ir_version
     if verifier is not None:
         report.verification = verifier.summary()
+        v = report.verification
+        logger.info("verified %s rewrites with %s distinct checks (%s sessions) in %.2f s on %s", v["rewrites"],
+                    v["distinct_checks"], v["sessions"], v["seconds"], ", ".join(v["providers"]))
     else:
         for rewrite in report.rewrites:
             rewrite.reason = "verification was turned off (verify=False / --no-verify)"
     if original is not None:
-        from lowerer.verification import verify_models
+        from lowerer.verification.whole import ModelSource, verify_models
 
-        verify_models(original, proto, providers=providers, seed=seed, base_dir=source_dir, report=report)
+        verify_models(ModelSource(original, source_dir, "original"), ModelSource(proto, source_dir, "converted"),
+                      options=options, providers=providers, seed=seed, report=report, progress=progress)
+        del original
+    if optimize is not False and optimize is not None:
+        from lowerer.optimize import optimize_model
+
+        optimize_options = options if optimize is True else _model_check_options(optimize, "optimize")
+        proto = optimize_model(proto, source_dir, report=report, options=optimize_options, providers=providers,
+                               seed=seed, progress=progress)
     if kind == "ir":
-        import onnx_ir as ir
-
-        return ConvertResult(ir.serde.deserialize_model(proto), report)
+        return ConvertResult(_to_ir(proto), report)
     return ConvertResult(proto, report)
 
 
@@ -160,10 +225,54 @@ def _refuse_unloadable(converted: onnx.ModelProto, why: str, source: onnx.ModelP
                           "the conversion is refused (a gap in lowerer, please report it)")
 
 
-def _is_ir_model(model: object) -> bool:
-    module = type(model).__module__ or ""
-    if not module.startswith("onnx_ir"):
-        return False
+def _model_check_options(value: object, name: str = "verify_model") -> ModelCheckOptions | None:
+    from lowerer.verification.whole import ModelCheckOptions
+
+    if value is False or value is None:
+        return None
+    if value is True:
+        return ModelCheckOptions()
+    if isinstance(value, ModelCheckOptions):
+        return value
+    raise InputError(f"{name} must be True, False or a ModelCheckOptions, not {type(value).__name__}")
+
+
+def _ir_model_of(model: object) -> ir.Model | None:
+    """``model`` itself when it is an ``onnx_ir.Model``, or its ``.model`` when that is one; else None.
+
+    onnx_ir is imported only when the object's type comes from it (so torch is never imported).
+    """
+    for candidate in (model, getattr(model, "model", None)):
+        module = type(candidate).__module__ or ""
+        if module.startswith("onnx_ir"):
+            import onnx_ir as ir
+
+            if isinstance(candidate, ir.Model):
+                return candidate
+    return None
+
+
+def _from_ir(model: ir.Model) -> onnx.ModelProto:
+    """The ModelProto of an onnx_ir model; onnx_ir's errors become :class:`InputError`."""
     import onnx_ir as ir
 
-    return isinstance(model, ir.Model)
+    try:
+        return ir.serde.serialize_model(model)
+    except LowererError:
+        raise
+    except Exception as e:
+        raise InputError(f"cannot read the onnx_ir model: onnx_ir says: {type(e).__name__}: "
+                         f"{' '.join(str(e).split())}") from None
+
+
+def _to_ir(proto: onnx.ModelProto) -> ir.Model:
+    """The converted model as an onnx_ir model; onnx_ir's errors become :class:`ConversionError`."""
+    import onnx_ir as ir
+
+    from lowerer.errors import ConversionError
+
+    try:
+        return ir.serde.deserialize_model(proto)
+    except Exception as e:
+        raise ConversionError(f"onnx_ir cannot represent the converted model: {type(e).__name__}: "
+                              f"{' '.join(str(e).split())}") from None

@@ -16,12 +16,25 @@ from typing import Any, NoReturn
 import click
 
 from lowerer._version import __version__
+from lowerer.cli_options import (
+    any_model_check_option,
+    check_written_path,
+    model_check_options,
+    model_check_settings,
+    verbosity,
+    verbosity_options,
+)
+from lowerer.cli_output import TerminalProgress, model_check_table, print_convert_summary
 from lowerer.errors import LowererError
+from lowerer.progress import Progress
 
 __all__ = ["main"]
 
 #: Exit code of a bug in lowerer (0, 1 and 2 come from LowererError.exit_code and click).
 EXIT_INTERNAL = 3
+#: Exit code when the reader of our output went away (``lowerer inspect m.onnx | head -1``): 128 + SIGPIPE,
+#: what a Unix tool killed by SIGPIPE reports.
+EXIT_BROKEN_PIPE = 141
 
 _EPILOG = """\b
 Examples:
@@ -29,10 +42,11 @@ Examples:
   lowerer convert model.onnx -o lowered.onnx --decompose hardmax,globalmaxpool
   lowerer convert model.onnx -o out.onnx --target-opset 13 --report report.json
   lowerer inspect model.onnx --target-opset 11
-  lowerer verify original.onnx converted.onnx
+  lowerer verify original.onnx converted.onnx --rtol 1e-6 --input-shapes ids:1x128
 
 \b
-Exit codes: 0 success, 1 verification failed, 2 bad input or usage, 3 internal error.
+Exit codes: 0 success, 1 verification failed (or a check asked for could not run),
+2 bad input or usage, 3 internal error, 130 interrupted, 141 output pipe closed.
 """
 
 
@@ -49,6 +63,9 @@ def _guard(fn: Callable[..., None]) -> Callable[..., None]:
     def wrapper(*args: Any, **kwargs: Any) -> None:
         try:
             fn(*args, **kwargs)
+            sys.stdout.flush()  # a closed pipe shows here, while we can still exit quietly
+        except BrokenPipeError:
+            _broken_pipe()
         except LowererError as e:
             _fail(str(e), e.exit_code)
         except (click.exceptions.Exit, click.ClickException, SystemExit):
@@ -64,15 +81,28 @@ def _guard(fn: Callable[..., None]) -> Callable[..., None]:
     return wrapper
 
 
-def _setup_logging(verbose: int, quiet: bool) -> None:
-    level = logging.ERROR if quiet else (logging.WARNING, logging.INFO, logging.DEBUG)[min(verbose, 2)]
-    logging.basicConfig(level=level, format="lowerer: %(levelname)s: %(message)s", stream=sys.stderr)
-    logging.getLogger("lowerer").setLevel(level)
+def _broken_pipe() -> NoReturn:
+    """The reader of stdout went away: stop quietly, as Unix tools do (no message, exit 141)."""
+    import os
+
+    for stream in (sys.stdout, sys.stderr):  # keep the interpreter's final flush from failing too
+        try:
+            devnull = os.open(os.devnull, os.O_WRONLY)
+            os.dup2(devnull, stream.fileno())
+            os.close(devnull)
+        except (OSError, ValueError):
+            pass
+    sys.exit(EXIT_BROKEN_PIPE)
+
+
+def _command_line() -> list[str]:
+    return ["lowerer", *sys.argv[1:]]
 
 
 def _providers_option(fn: Callable[..., Any]) -> Callable[..., Any]:
     fn = click.option("--providers", metavar="LIST", default=None,
-                      help="Execution providers for verification, comma-separated: cuda, dml, cpu "
+                      help="Execution providers to verify on, comma-separated, in priority order: cuda, dml, cpu "
+                           "or full names. A strict list: one this onnxruntime does not offer is an error "
                            "(default: CUDA, then DirectML, then CPU, whichever onnxruntime offers).")(fn)
     fn = click.option("--seed", type=int, default=0, show_default=True,
                       help="Seed of the generated verification inputs.")(fn)
@@ -83,18 +113,26 @@ def _split(value: str | None) -> list[str] | None:
     return None if value is None else [p.strip() for p in value.split(",") if p.strip()]
 
 
-@click.group(epilog=_EPILOG, context_settings={"help_option_names": ["-h", "--help"]})
+class _Group(click.Group):
+    """The ``lowerer`` group: a reader that closes our output early ends the run quietly (exit 141)."""
+
+    def main(self, *args: Any, **kwargs: Any) -> Any:
+        try:
+            return super().main(*args, **kwargs)
+        except BrokenPipeError:
+            _broken_pipe()
+
+
+@click.group(cls=_Group, epilog=_EPILOG, context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(__version__, "--version", prog_name="lowerer")
-@click.option("-v", "--verbose", count=True, help="More logging (-v info, -vv debug).")
-@click.option("-q", "--quiet", is_flag=True, help="Only errors.")
-def main(verbose: int, quiet: bool) -> None:
+@verbosity_options
+def main() -> None:
     """Convert ONNX models between opsets and lower ops, verifying every rewrite.
 
     lowerer converts Hardmax/Softmax/LogSoftmax and ArgMax/ArgMin exactly across every opset
     (up and down), decomposes Hardmax and GlobalMaxPool for backends that lack them, and runs
     each rewrite before and after in onnxruntime, comparing the outputs exactly.
     """
-    _setup_logging(verbose, quiet)
 
 
 @main.command(epilog=_EPILOG)
@@ -112,12 +150,19 @@ def main(verbose: int, quiet: bool) -> None:
                    "(default: keep the input's data files, copied beside OUT.onnx when it is elsewhere).")
 @click.option("--verify/--no-verify", default=True, show_default=True,
               help="Run each rewrite before and after in onnxruntime and compare exactly.")
-@click.option("--verify-model", is_flag=True, help="Also run the whole models before and after and compare.")
+@click.option("--verify-model", is_flag=True,
+              help="Also run the whole models before and after on the same inputs and compare every output "
+                   "(see the options below).")
+@click.option("--optimize", is_flag=True,
+              help="Then fold constant shape arithmetic and remove dead nodes with onnxscript's optimizer, and "
+                   "check that the optimized model computes the same outputs (needs onnxscript).")
 @_providers_option
+@model_check_options
+@verbosity_options
 @_guard
 def convert(input_path: Path, output_path: Path, target_opset: int | None, decompose: str | None,
             report_path: Path | None, verify: bool, verify_model: bool, providers: str | None,
-            seed: int, external_data: str | None = None) -> None:
+            seed: int, external_data: str | None = None, optimize: bool = False, **check: Any) -> None:
     """Convert IN.onnx and write OUT.onnx.
 
     Nothing is written when a node cannot be converted exactly (exit 2) or a rewrite fails
@@ -134,68 +179,47 @@ def convert(input_path: Path, output_path: Path, target_opset: int | None, decom
     names = normalize_decompose(decompose)
     if target_opset is None and not names:
         raise click.UsageError("nothing to do: give --target-opset and/or --decompose")
-    progress = _Progress()
+    given = any_model_check_option(check)
+    if given and not (verify_model or optimize):
+        raise click.UsageError(f"{', '.join(given)} steer the whole-model check: add --verify-model (or --optimize)")
+    options = model_check_settings(**check) if (verify_model or optimize) else None
+    if options is not None and options.save_inputs is not None:
+        _check_save_inputs(options.save_inputs, [input_path, *options.load_inputs],
+                           [p for p in (output_path, report_path) if p is not None])
+    progress = TerminalProgress()
     try:
         result = convert_model(input_path, target_opset=target_opset, decompose=names, verify=verify,
-                               providers=_split(providers), seed=seed, verify_model=verify_model,
+                               providers=_split(providers), seed=seed,
+                               verify_model=options if verify_model and options is not None else False,
+                               optimize=options if optimize and options is not None else False,
                                progress=progress if progress.enabled else None)
+        progress(Progress("write", 0, 1, "files"))
+        # external data is found beside the path as given (like onnx.load), not beside a link's target
+        save_model(result.model, output_path, source_dir=input_path.parent.resolve(), external_data=external_data)
+        progress(Progress("write", 1, 1, "files"))
     finally:
         progress.close()
-    # external data is found beside the path as given (like onnx.load), not beside a link's target
-    save_model(result.model, output_path, source_dir=input_path.parent.resolve(), external_data=external_data)
     report = result.report
     if report_path is not None:
         from lowerer.model_io import write_text_atomic
 
-        write_text_atomic(report_path, json.dumps(report.to_dict(), indent=2) + "\n")
-    _print_summary(report)
-    click.echo(f"wrote {output_path}", err=True)
+        write_text_atomic(report_path, report.to_json(command=_command_line()))
+    level = verbosity()
+    print_convert_summary(report, level)
+    if level >= 0:
+        click.echo(f"wrote {output_path}", err=True)
 
 
-def _print_summary(report: Any) -> None:
-    summary = report.summary()
-    if not summary["by_rule"]:
-        click.echo("no rewrites: the model already matches the request", err=True)
-        return
-    width = max(len("rule"), *(len(rule) for rule in summary["by_rule"])) + 2
-    click.echo(f"{'rule':<{width}}{'rewrites':>9}{'verified':>10}{'unverified':>12}", err=True)
-    for rule, counts in summary["by_rule"].items():
-        total = sum(counts.values())
-        click.echo(f"{rule:<{width}}{total:>9}{counts.get('verified', 0):>10}{counts.get('unverified', 0):>12}",
-                   err=True)
-    for reason, count in sorted(summary.get("unverified_reasons", {}).items(), key=lambda kv: -kv[1])[:3]:
-        click.echo(f"unverified ({count}): {reason}", err=True)
-    if summary.get("model_check"):
-        check = summary["model_check"]
-        click.echo(f"whole-model check: {check['status']}: {check['reason']}", err=True)
+def _check_save_inputs(path: Path, reads: list[Path], writes: list[Path]) -> None:
+    """--save-inputs must not land on a model, one of its data files, another input or output."""
+    from lowerer.model_io import external_data_locations, load_model
 
-
-class _Progress:
-    """A one-line counter on stderr for long verifications; silent unless stderr is a terminal."""
-
-    def __init__(self, delay: float = 1.0, interval: float = 0.1) -> None:
-        import time
-
-        self.enabled = sys.stderr.isatty()
-        self._clock = time.monotonic
-        self._start = self._clock()
-        self._delay = delay
-        self._interval = interval
-        self._last = 0.0
-        self._shown = False
-
-    def __call__(self, rewrites: int, checks: int) -> None:
-        now = self._clock()
-        if now - self._start < self._delay or now - self._last < self._interval:
-            return
-        self._last = now
-        self._shown = True
-        click.echo(f"\rverifying: {rewrites} rewrites, {checks} distinct checks", err=True, nl=False)
-
-    def close(self) -> None:
-        """Clear the line if anything was shown."""
-        if self._shown:
-            click.echo("\r\033[K", err=True, nl=False)
+    data_files = []
+    for model_path in [p for p in reads if p.suffix != ".npz"]:
+        if model_path.is_file():
+            model = load_model(model_path)
+            data_files += [model_path.parent / loc for loc in external_data_locations(model)]
+    check_written_path(path, "--save-inputs", reads=[*reads, *data_files], writes=writes)
 
 
 @main.command(epilog=_EPILOG)
@@ -203,6 +227,7 @@ class _Progress:
 @click.option("--target-opset", type=int, default=None, metavar="N", help="Show what converting to N would do.")
 @click.option("--decompose", default=None, metavar="NAMES", help="Show what these decompositions would do.")
 @click.option("--json", "as_json", is_flag=True, help="Print JSON instead of text.")
+@verbosity_options
 @_guard
 def inspect(input_path: Path, target_opset: int | None, decompose: str | None, as_json: bool) -> None:
     """Show IN.onnx's opsets, the nodes lowerer owns, and what a conversion would do (writes nothing)."""
@@ -233,27 +258,63 @@ def inspect(input_path: Path, target_opset: int | None, decompose: str | None, a
 @click.argument("first_path", metavar="A.onnx", type=click.Path(path_type=Path))
 @click.argument("second_path", metavar="B.onnx", type=click.Path(path_type=Path))
 @_providers_option
+@model_check_options
+@verbosity_options
 @_guard
-def verify(first_path: Path, second_path: Path, providers: str | None, seed: int) -> None:
-    """Run A.onnx and B.onnx on the same generated inputs and compare every output exactly.
+def verify(first_path: Path, second_path: Path, providers: str | None, seed: int, **check: Any) -> None:
+    """Run A.onnx and B.onnx on the same inputs and compare every output, with statistics.
 
-    Exit 0 when all outputs are equal, 1 when one differs (the first difference is printed),
-    2 when a model cannot be read or run, or the two take different inputs.
+    Inputs are generated (seeded; dynamic dims bound to 1, then 2; index-like integer inputs
+    inside the range their Gather/OneHot/... allows) unless given with --load-inputs. Float
+    outputs are compared exactly unless --atol, --rtol or --max-ulp accept a difference;
+    integer and bool outputs always exactly. Prints one row per output: largest absolute and
+    relative difference, largest ulp distance, the share of mismatches and the worst value.
+
+    Exit 0 when all outputs match, 1 when one differs or the models could not be run on the
+    inputs (unless --allow-unverified), 2 when a model cannot be read or the two take
+    different inputs.
     """
     from lowerer.errors import InputError, VerificationError
-    from lowerer.model_io import load_model
-    from lowerer.verification.whole import compare_models
+    from lowerer.model_io import external_data_locations, load_model
+    from lowerer.verification.whole import ModelSource, compare_models
 
+    options = model_check_settings(**check)
     first, second = load_model(first_path), load_model(second_path)
-    result = compare_models(first, second, providers=_split(providers), seed=seed,
-                            base_dir_a=first_path.resolve().parent, base_dir_b=second_path.resolve().parent)
-    reason = result.reason.replace("first model", str(first_path)).replace("second model", str(second_path))
-    if result.status == "skipped":
-        raise InputError(f"cannot compare: {reason}")
+    if options.save_inputs is not None:
+        data_files = [p.parent / loc for p, m in ((first_path, first), (second_path, second))
+                      for loc in external_data_locations(m)]
+        check_written_path(options.save_inputs, "--save-inputs",
+                           reads=[first_path, second_path, *data_files, *options.load_inputs], writes=[])
+    names = (str(first_path), str(second_path))
+    progress = TerminalProgress()
+    try:
+        result = compare_models(ModelSource(first, first_path.parent.resolve(), names[0]),
+                                ModelSource(second, second_path.parent.resolve(), names[1]),
+                                options=options, providers=_split(providers), seed=seed,
+                                progress=progress if progress.enabled else None)
+    finally:
+        progress.close()
+    level = verbosity()
+    if level >= 0 and result.outputs:
+        click.echo(f"A: {names[0]}; B: {names[1]}; {len(result.input_sets)} input set(s), seed {seed}, on "
+                   f"{result.provider}; tolerance: {result.tolerance.describe()} (integer and bool outputs exact)")
+        for note in result.details.get("inputs", []):
+            click.echo(f"inputs: {note}")
+        for line in model_check_table([o.to_dict() for o in result.outputs], ("A", "B")):
+            click.echo(line)
+    if result.status == "incomparable":
+        raise InputError(f"cannot compare: {result.reason}")
     if result.status == "different":
-        raise VerificationError(f"{first_path} and {second_path} differ on {result.provider}: "
-                                f"{reason.replace('first', 'A').replace('second', 'B')}")
-    click.echo(f"equal: {reason}")
+        raise VerificationError(result.reason)
+    if result.status == "not-run":
+        if not options.allow_unverified:
+            raise VerificationError(f"the comparison could not run: {result.reason} (--allow-unverified makes "
+                                    "this a warning)")
+        logging.getLogger("lowerer").warning("the comparison could not run: %s", result.reason)
+        return
+    if level >= 0:
+        click.echo(f"equal: {result.reason}")
+
 
 if __name__ == "__main__":  # pragma: no cover
     main()

@@ -1,4 +1,4 @@
-"""lowerer as an onnx_ir pass, for onnx_ir/onnxscript pass pipelines."""
+"""lowerer as an onnx_ir pass, for onnx_ir/onnxscript pass pipelines (needs onnx-ir: ``lowerer[ir]``)."""
 
 from __future__ import annotations
 
@@ -16,7 +16,10 @@ class LowerPass(ir.passes.InPlacePass):
 
     The model is serialized once, converted by lowerer's protobuf pipeline (with per-rewrite
     verification unless ``verify=False``) and its graph, functions and opset imports replaced
-    by the converted ones. The last report is kept in :attr:`report`.
+    by the converted ones. As with onnxscript's version converter, the main graph's nodes (and
+    those of its subgraphs) in the default domain carry ``version`` = ``target_opset``. The last
+    report is kept in :attr:`report`. Errors are :class:`lowerer.LowererError` (onnx_ir's own
+    errors included); inside ``ir.passes.Sequential`` onnx_ir wraps them in its ``PassError``.
 
     Example::
 
@@ -30,9 +33,13 @@ class LowerPass(ir.passes.InPlacePass):
         self.target_opset = target_opset
         self.decompose = tuple(decompose)
         self.verify = verify
-        self.providers = providers
+        self.providers = None if providers is None else tuple(providers)
         self.seed = seed
         self.report: Report | None = None
+
+    def __repr__(self) -> str:
+        return (f"LowerPass(target_opset={self.target_opset!r}, decompose={self.decompose!r}, verify={self.verify!r}, "
+                f"providers={self.providers!r}, seed={self.seed!r})")
 
     def call(self, model: ir.Model) -> ir.passes.PassResult:
         """Run the conversion; ``modified`` is True when any node was rewritten or the opset changed."""
@@ -45,11 +52,15 @@ class LowerPass(ir.passes.InPlacePass):
         self.report = result.report
         opsets = dict(converted.opset_imports)  # Model.opset_imports may be the graph's own dict
         functions = dict(converted.functions)
-        model.graph = converted.graph  # type: ignore[misc]
+        model.graph = converted.graph
         model.functions.clear()
         model.functions.update(functions)
         model.opset_imports.clear()
         model.opset_imports.update(opsets)
         model.ir_version = converted.ir_version
+        if self.target_opset is not None:
+            for node in ir.traversal.RecursiveGraphIterator(model.graph):
+                if node.domain in ("", "ai.onnx"):
+                    node.version = self.target_opset
         modified = bool(result.report.rewrites) or before != converted.opset_imports.get("", None)
         return ir.passes.PassResult(model, modified)

@@ -47,7 +47,8 @@ class ReferenceEvalError(Exception):
 def np_dtype(elem_type: int) -> np.dtype[Any]:
     """The numpy dtype of an ONNX element type (bfloat16 via ml_dtypes)."""
     if elem_type == onnx.TensorProto.BFLOAT16:
-        return np.dtype(ml_dtypes.bfloat16)
+        bf16: np.dtype[Any] = np.dtype(ml_dtypes.bfloat16)
+        return bf16
     return np.dtype(onnx.helper.tensor_dtype_to_np_dtype(elem_type))
 
 
@@ -132,7 +133,8 @@ def global_max_pool(x: np.ndarray) -> np.ndarray:
     """GlobalMaxPool: the maximum over every axis after the first two, kept as size-1 dims."""
     if x.ndim < 3:
         raise ReferenceEvalError("GlobalMaxPool needs rank >= 3")
-    return np.max(x, axis=tuple(range(2, x.ndim)), keepdims=True)
+    pooled: np.ndarray = np.max(x, axis=tuple(range(2, x.ndim)), keepdims=True)
+    return pooled
 
 
 # -- the interpreter ------------------------------------------------------------------------------
@@ -288,6 +290,19 @@ def _slice_op(inputs: list[np.ndarray | None], attrs: Attrs, version: int) -> li
     return [_slice(x, starts, ends, opt(3), opt(4))]
 
 
+def _at(inputs: list[np.ndarray | None], i: int) -> np.ndarray:
+    """Input ``i``, which the op requires."""
+    value = inputs[i] if i < len(inputs) else None
+    if value is None:
+        raise ReferenceEvalError(f"input {i} is missing")
+    return value
+
+
+def _range(start: np.ndarray, limit: np.ndarray, delta: np.ndarray) -> np.ndarray:
+    values: np.ndarray = np.arange(start.item(), limit.item(), delta.item()).astype(start.dtype)
+    return values
+
+
 def _binary(fn: Callable[[np.ndarray, np.ndarray], np.ndarray]) -> OpFn:
     def run(inputs: list[np.ndarray | None], attrs: Attrs, version: int) -> list[np.ndarray]:
         a, b = inputs[0], inputs[1]
@@ -339,7 +354,7 @@ _OPS: dict[str, OpFn] = {
     "Transpose": _single(lambda x, at, v: np.transpose(x, at.get("perm"))),
     "Flatten": _flatten,
     "Reshape": lambda ins, at, v: [_reshape(
-        ins[0], at["shape"] if v < 5 else [int(d) for d in ins[1]],  # type: ignore[arg-type,union-attr]
+        _at(ins, 0), list(at["shape"]) if v < 5 else [int(d) for d in _at(ins, 1)],
         int(at.get("allowzero", 0)))],
     "Shape": _shape,
     "Gather": _gather,
@@ -347,19 +362,19 @@ _OPS: dict[str, OpFn] = {
     "Sub": _binary(np.subtract),
     "Add": _binary(np.add),
     "Mul": _binary(np.multiply),
-    "Equal": lambda ins, at, v: [np.equal(ins[0], ins[1])],
+    "Equal": lambda ins, at, v: [np.asarray(np.equal(_at(ins, 0), _at(ins, 1)))],
     "OneHot": _one_hot,
     "Cast": _cast,
-    "Identity": lambda ins, at, v: [ins[0]],  # type: ignore[list-item]
+    "Identity": lambda ins, at, v: [_at(ins, 0)],
     "Constant": _constant,
     "Unsqueeze": _unsqueeze,
     "Squeeze": _squeeze,
     "Concat": _concat,
     "If": lambda ins, at, v: [],  # evaluated by _if, which needs the enclosing values
-    "Size": lambda ins, at, v: [np.array(ins[0].size, dtype=np.int64)],  # type: ignore[union-attr]
-    "Range": lambda ins, at, v: [np.arange(ins[0], ins[1], ins[2]).astype(ins[0].dtype)],  # type: ignore[union-attr,arg-type]
-    "Where": lambda ins, at, v: [np.where(ins[0], ins[1], ins[2])],  # type: ignore[arg-type]
-    "Expand": lambda ins, at, v: [ins[0] * np.ones([int(d) for d in ins[1]], dtype=ins[0].dtype)],  # type: ignore[union-attr]
+    "Size": lambda ins, at, v: [np.array(_at(ins, 0).size, dtype=np.int64)],
+    "Range": lambda ins, at, v: [_range(_at(ins, 0), _at(ins, 1), _at(ins, 2))],
+    "Where": lambda ins, at, v: [np.asarray(np.where(_at(ins, 0), _at(ins, 1), _at(ins, 2)))],
+    "Expand": lambda ins, at, v: [_at(ins, 0) * np.ones([int(d) for d in _at(ins, 1)], dtype=_at(ins, 0).dtype)],
 }
 
 #: Since-versions of each op whose meaning the implementations above follow.

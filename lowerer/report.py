@@ -1,19 +1,41 @@
-"""What a conversion did: one record per rewrite, and a summary."""
+"""What a conversion did: one record per rewrite, and a summary; its JSON form (``--report``).
+
+The JSON form is described by ``lowerer/report.schema.json`` (JSON Schema, draft 2020-12) and
+carries :data:`SCHEMA_VERSION`. Identical checks are stored once under ``checks`` and referenced
+by id from each rewrite record; a record names only its own node's values.
+"""
 
 from __future__ import annotations
 
+import dataclasses
+import enum
+import sys
 from collections import Counter
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 import onnx
 
-__all__ = ["Report", "Rewrite"]
+__all__ = ["SCHEMA_VERSION", "Report", "Rewrite", "tool_versions"]
+
+#: The version of the report's JSON layout: the major number changes when a field is removed or
+#: changes meaning, the minor one when fields are added.
+SCHEMA_VERSION = "2.0"
+
+#: ``field(metadata=...)`` key: a field that is working data, not part of the JSON record.
+INTERNAL = "lowerer_internal"
+#: Fields of a :class:`Rewrite` that describe its check; identical checks are stored once.
+CHECK_FIELDS = ("status", "reason", "provider", "details")
 
 
 @dataclass
 class Rewrite:
     """One rewrite of one node.
+
+    Fields other than the working data (``original``, ``replacement``, ``constants``,
+    ``input_types``, marked ``metadata={INTERNAL: True}``) are serialized by :meth:`to_dict`;
+    fields added later are serialized too.
 
     Attributes:
         node: the node's name (or ``<op>#<index>`` when it has none).
@@ -47,36 +69,89 @@ class Rewrite:
     reason: str = "verification not run"
     provider: str | None = None
     details: dict[str, Any] = field(default_factory=dict)
-    original: onnx.NodeProto | None = field(default=None, repr=False)
-    replacement: list[onnx.NodeProto] = field(default_factory=list, repr=False)
-    constants: list[onnx.TensorProto] = field(default_factory=list, repr=False)
+    original: onnx.NodeProto | None = field(default=None, repr=False, metadata={INTERNAL: True})
+    replacement: list[onnx.NodeProto] = field(default_factory=list, repr=False, metadata={INTERNAL: True})
+    constants: list[onnx.TensorProto] = field(default_factory=list, repr=False, metadata={INTERNAL: True})
     from_opset: int = 0
-    input_types: dict[str, Any] = field(default_factory=dict, repr=False)
-    input_values: dict[str, Any] = field(default_factory=dict, repr=False)
+    input_types: dict[str, Any] = field(default_factory=dict, repr=False, metadata={INTERNAL: True})
+    input_values: dict[str, Any] = field(default_factory=dict, repr=False, metadata={INTERNAL: True})
     steps: list[str] = field(default_factory=list)
 
+    def values(self) -> dict[str, list[str]]:
+        """The names of the original node's input and output values (this node's own)."""
+        if self.original is None:
+            return {"inputs": [], "outputs": []}
+        return {"inputs": list(self.original.input), "outputs": list(self.original.output)}
+
     def to_dict(self) -> dict[str, Any]:
-        """The record as JSON-ready data."""
-        return {
-            "node": self.node,
-            "op_type": self.op_type,
-            "scope": self.scope,
-            "from_version": self.from_version,
-            "from_opset": self.from_opset,
-            "to_opset": self.to_opset,
-            "rule": self.rule,
-            "emitted": list(self.emitted),
-            "status": self.status,
-            "reason": self.reason,
-            "provider": self.provider,
-            "details": dict(self.details),
-            "steps": list(self.steps),
-        }
+        """The record as JSON-ready data: every public field, and the node's own value names."""
+        out: dict[str, Any] = {}
+        for f in dataclasses.fields(self):
+            if f.metadata.get(INTERNAL):
+                continue
+            out[f.name] = jsonable(getattr(self, f.name))
+        out["values"] = self.values()
+        return out
+
+
+def jsonable(value: object) -> Any:
+    """``value`` as JSON-ready data: containers and dataclasses recursively, enums by value, protobufs left out.
+
+    Non-finite floats become the strings ``"inf"``, ``"-inf"``, ``"nan"`` (JSON has no such numbers).
+    """
+    if value is None or isinstance(value, (bool, int, str)):
+        return value
+    if isinstance(value, float):
+        return value if value == value and value not in (float("inf"), float("-inf")) else str(value)
+    if isinstance(value, enum.Enum):
+        return jsonable(value.value)
+    if isinstance(value, dict):
+        return {str(k): jsonable(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple, set, frozenset)):
+        return [jsonable(v) for v in value]
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        to_dict = getattr(value, "to_dict", None)
+        if callable(to_dict):
+            return jsonable(to_dict())
+        return {f.name: jsonable(getattr(value, f.name)) for f in dataclasses.fields(value)
+                if not f.metadata.get(INTERNAL)}
+    if hasattr(value, "SerializeToString"):  # a protobuf message: working data, not reported
+        return None
+    item = getattr(value, "item", None)  # numpy scalars
+    if callable(item):
+        return jsonable(item())
+    return str(value)
+
+
+def tool_versions() -> dict[str, str | None]:
+    """The versions of lowerer, Python, onnx and onnxruntime (None where not installed)."""
+    from lowerer._version import __version__
+
+    versions: dict[str, str | None] = {"lowerer": __version__,
+                                       "python": ".".join(map(str, sys.version_info[:3]))}
+    for module, dists in (("onnx", ("onnx",)), ("onnxruntime", ("onnxruntime", "onnxruntime-gpu",
+                                                                 "onnxruntime-directml", "onnxruntime-openvino"))):
+        loaded = sys.modules.get(module)
+        version = getattr(loaded, "__version__", None) if loaded is not None else None
+        if version is None:
+            from importlib import metadata
+
+            for dist in dists:
+                try:
+                    version = metadata.version(dist)
+                    break
+                except metadata.PackageNotFoundError:
+                    continue
+        versions[module] = None if version is None else str(version)
+    return versions
 
 
 @dataclass
 class Report:
-    """All rewrites of one conversion, plus what was done to the model as a whole."""
+    """All rewrites of one conversion, plus what was done to the model as a whole.
+
+    Iterating a report gives its :class:`Rewrite` records.
+    """
 
     rewrites: list[Rewrite] = field(default_factory=list)
     source_opset: int | None = None
@@ -85,17 +160,30 @@ class Report:
     notes: list[str] = field(default_factory=list)
     #: How per-rewrite verification ran (providers, distinct checks, cache hits, sessions, seconds).
     verification: dict[str, Any] | None = None
-    #: The whole-model check (``--verify-model``): status, reason, provider, details.
-    model_check: dict[str, Any] | None = None
+    #: Whole-model checks by name (``whole-model check``: ``--verify-model``; ``optimization check``:
+    #: ``--optimize``): status, reason, provider, tolerance, input sets, statistics per output.
+    model_checks: dict[str, dict[str, Any]] = field(default_factory=dict)
+    #: The IR version before and after.
+    source_ir_version: int | None = None
+    ir_version: int | None = None
+    #: What ``--optimize`` did (nodes before and after), when it ran.
+    optimization: dict[str, Any] | None = None
+    #: The command line that made the report (set by the CLI), for the JSON form.
+    command: list[str] | None = None
 
-    def __iter__(self):  # type: ignore[no-untyped-def]
+    def __iter__(self) -> Iterator[Rewrite]:
         return iter(self.rewrites)
 
     def __len__(self) -> int:
         return len(self.rewrites)
 
+    @property
+    def model_check(self) -> dict[str, Any] | None:
+        """The ``--verify-model`` check (original against converted), when it ran."""
+        return self.model_checks.get("whole-model check")
+
     def summary(self) -> dict[str, Any]:
-        """Counts of rewrites by rule and by verification status."""
+        """Counts of rewrites by rule and by verification status, and what was done to the whole model."""
         by_rule: dict[str, Counter[str]] = {}
         for r in self.rewrites:
             by_rule.setdefault(r.rule, Counter())[r.status] += 1
@@ -105,13 +193,68 @@ class Report:
             "by_status": dict(Counter(r.status for r in self.rewrites)),
             "source_opset": self.source_opset,
             "target_opset": self.target_opset,
+            "source_ir_version": self.source_ir_version,
+            "ir_version": self.ir_version,
             "decompose": list(self.decompose),
             "notes": list(self.notes),
             "verification": self.verification,
             "model_check": self.model_check,
+            "model_checks": dict(self.model_checks),
+            "optimization": self.optimization,
             "unverified_reasons": dict(Counter(r.reason for r in self.rewrites if r.status == "unverified")),
         }
 
-    def to_dict(self) -> dict[str, Any]:
-        """The report as JSON-ready data."""
-        return {"summary": self.summary(), "rewrites": [r.to_dict() for r in self.rewrites]}
+    def to_json(self, command: Sequence[str] | None = None) -> str:
+        """:meth:`to_dict` as JSON text: the summary indented, one line per check and per rewrite record."""
+        import json
+
+        data = self.to_dict(command)
+        lines = ["{"]
+        keys = list(data)
+        for k, key in enumerate(keys):
+            comma = "," if k < len(keys) - 1 else ""
+            value = data[key]
+            if key in ("checks", "rewrites"):
+                items = [json.dumps(item, separators=(", ", ": ")) for item in value]
+                body = ",\n".join(f"    {item}" for item in items)
+                lines.append(f'  "{key}": [\n{body}\n  ]{comma}' if items else f'  "{key}": []{comma}')
+            else:
+                text = json.dumps(value, indent=2).replace("\n", "\n  ")
+                lines.append(f'  "{key}": {text}{comma}')
+        lines.append("}")
+        return "\n".join(lines) + "\n"
+
+    def to_dict(self, command: Sequence[str] | None = None) -> dict[str, Any]:
+        """The report as JSON-ready data (see ``lowerer/report.schema.json``).
+
+        Rewrites whose checks are identical (same status, reason, provider and details, apart
+        from whether the result was reused) share one entry of ``checks``, referenced by id.
+        The check's details name the values of the node it ran on (``checked_on``); each rewrite
+        record names its own (``values``).
+        """
+        checks: list[dict[str, Any]] = []
+        index: dict[str, int] = {}
+        records: list[dict[str, Any]] = []
+        import json
+
+        for i, rewrite in enumerate(self.rewrites):
+            record = rewrite.to_dict()
+            check = {name: record.pop(name) for name in CHECK_FIELDS if name in record}
+            details = dict(check.get("details") or {})
+            details.pop("reused", None)
+            check["details"] = details
+            key = json.dumps(check, sort_keys=True)
+            check_id = index.get(key)
+            if check_id is None:
+                check_id = index[key] = len(checks)
+                checks.append({"id": check_id, **check, "checked_on": i, "used_by": 0})
+            checks[check_id]["used_by"] += 1
+            records.append({"id": i, **record, "status": check.get("status"), "check": check_id})
+        return {
+            "schema_version": SCHEMA_VERSION,
+            "tool": tool_versions(),
+            "command": list(command) if command is not None else (list(self.command) if self.command else None),
+            "summary": jsonable(self.summary()),
+            "checks": checks,
+            "rewrites": records,
+        }

@@ -329,7 +329,7 @@ class ShapeIndex:
             shape = None if dims is None else [d if d is not None else f"__in{k}_d{i}" for i, d in enumerate(dims)]
             graph_inputs.append(onnx.helper.make_tensor_value_info(name, elem, shape))
         graph = onnx.helper.make_graph(list(function.node), "f", graph_inputs,
-                                       [onnx.helper.ValueInfoProto(name=o) for o in function.output])
+                                       [onnx.ValueInfoProto(name=o) for o in function.output])
         opsets = {e.domain: e for e in self._model.opset_import}
         opsets.update({e.domain: e for e in function.opset_import})
         model = onnx.helper.make_model(graph, opset_imports=list(opsets.values()),

@@ -110,8 +110,105 @@ def test_bad_model_kind_and_bad_target() -> None:
 
 def test_public_api_is_what_is_documented() -> None:
     assert sorted(lowerer.__all__) == sorted([
-        "ConversionError", "ConvertResult", "InputError", "LowerPass", "LowererError", "Report", "Rewrite",
-        "VerificationError", "__version__", "convert",
+        "ConversionError", "ConvertResult", "InputError", "LowerPass", "LowererError", "ModelCheckOptions",
+        "Progress", "Report", "Rewrite", "Tolerance", "VerificationError", "__version__", "convert",
     ])
     for name in lowerer.__all__:
         assert getattr(lowerer, name) is not None
+
+
+# -- typed results, objects holding an onnx_ir model, the pass's manners -------------------------------------
+
+class _ProgramLike:
+    """Like torch.onnx.ONNXProgram: the onnx_ir model is in ``.model`` (torch is not needed)."""
+
+    def __init__(self, model: ir.Model) -> None:
+        self.model = model
+
+
+def test_an_object_holding_an_onnx_ir_model_is_accepted() -> None:
+    program = _ProgramLike(ir.serde.deserialize_model(_hardmax_model()))
+    result = lowerer.convert(program, target_opset=13, verify=False)
+    assert isinstance(result.model, ir.Model) and result.model.opset_imports[""] == 13
+    assert program.model.opset_imports[""] == 11
+    with pytest.raises(lowerer.InputError, match=r"object holding one in \.model"):
+        lowerer.convert(_ProgramLike("not a model"), target_opset=13)  # type: ignore[arg-type]
+
+
+def test_report_iterates_typed_rewrites() -> None:
+    result = lowerer.convert(_hardmax_model(), target_opset=13, verify=False)
+    for rewrite in result.report:
+        assert isinstance(rewrite, lowerer.Rewrite)
+
+
+def test_lower_pass_repr_and_errors_in_a_pipeline() -> None:
+    lower = lowerer.LowerPass(target_opset=11, decompose=["hardmax"], verify=False)
+    assert repr(lower) == ("LowerPass(target_opset=11, decompose=('hardmax',), verify=False, providers=None, "
+                           "seed=0)")
+    model = _hardmax_model(13, axis=1)
+    model.graph.input[0].type.tensor_type.ClearField("shape")  # the rank is needed and unknown
+    model.graph.output[0].type.tensor_type.ClearField("shape")
+    with pytest.raises(ir.passes.PassError, match=r"LowerPass\(target_opset=11") as info:
+        ir.passes.Sequential(lowerer.LowerPass(target_opset=11, verify=False))(ir.serde.deserialize_model(model))
+    assert isinstance(info.value.__cause__, lowerer.ConversionError)
+
+
+def test_onnx_ir_errors_surface_as_lowerer_errors(monkeypatch: pytest.MonkeyPatch) -> None:
+    model = ir.serde.deserialize_model(_hardmax_model())
+
+    def broken(_: object) -> None:
+        raise ir.serde.SerdeError("cannot serialize this")
+
+    monkeypatch.setattr(ir.serde, "serialize_model", broken)
+    with pytest.raises(lowerer.InputError, match="onnx_ir says: SerdeError: cannot serialize this"):
+        lowerer.convert(model, target_opset=13, verify=False)
+    with pytest.raises(lowerer.LowererError):
+        lowerer.LowerPass(target_opset=13, verify=False)(model)
+
+
+def test_lower_pass_sets_node_versions_like_onnxscripts_converter() -> None:
+    model = ir.serde.deserialize_model(_hardmax_model())
+    lowerer.LowerPass(target_opset=13, verify=False)(model)
+    assert {node.version for node in model.graph} == {13}
+
+
+# -- --optimize: onnxscript's optimizer, checked ---------------------------------------------------------------
+
+def test_optimize_folds_and_is_checked(tmp_path) -> None:
+    from pathlib import Path
+
+    example = Path(__file__).resolve().parent.parent / "examples" / "example_opset11.onnx"
+    plain = lowerer.convert(str(example), target_opset=13, decompose="all", verify=False)
+    result = lowerer.convert(str(example), target_opset=13, decompose="all", verify=False, optimize=True)
+    opt = result.report.optimization
+    assert opt is not None and opt["nodes_after"] < opt["nodes_before"] == _count(plain.model)
+    assert result.report.model_checks["optimization check"]["status"] == "equal"
+    assert len(result.model.functions) == len(plain.model.functions)
+    x = np.random.default_rng(0).standard_normal((2, 3, 8, 8)).astype(np.float32)
+    so = ort.SessionOptions()
+    so.log_severity_level = 3
+    run = [ort.InferenceSession(m.SerializeToString(), so, providers=["CPUExecutionProvider"]).run(None, {"image": x})
+           for m in (plain.model, result.model)]
+    for a, b in zip(*run, strict=True):
+        np.testing.assert_array_equal(a, b)
+
+
+def _count(model: onnx.ModelProto) -> int:
+    from lowerer.optimize import count_nodes
+
+    return count_nodes(model)
+
+
+def test_an_optimizer_that_changes_the_outputs_is_caught(monkeypatch: pytest.MonkeyPatch) -> None:
+    import onnxscript.optimizer
+
+    def wrong(model: ir.Model, **kwargs: object) -> None:
+        for node in model.graph:
+            if node.op_type == "Hardmax":
+                node.op_type = "Softmax"  # computes something else
+
+    monkeypatch.setattr(onnxscript.optimizer, "optimize_ir", wrong)
+    with pytest.raises(lowerer.VerificationError, match="optimization check failed: converted and optimized differ") \
+            as info:
+        lowerer.convert(_hardmax_model(), target_opset=13, verify=False, optimize=True)
+    assert "rounding" not in str(info.value)  # no advice to accept a difference this large

@@ -129,9 +129,10 @@ def test_correct_rules_verify_and_report(tmp_path: Path) -> None:
     assert "argmax" in result.output
     data = json.loads(report.read_text())
     rec = data["rewrites"][0]
-    assert rec["status"] == "verified" and rec["provider"] == "CPUExecutionProvider"
-    assert rec["details"]["max_difference"] == 0.0 and rec["details"]["tolerance"] == "exact"
-    kinds = {s.split()[0] for s in rec["details"]["input_sets"]}
+    check = data["checks"][rec["check"]]
+    assert rec["status"] == "verified" and check["provider"] == "CPUExecutionProvider"
+    assert check["details"]["max_difference"] == 0.0 and check["details"]["tolerance"] == "exact"
+    kinds = {s.split()[0] for s in check["details"]["input_sets"]}
     assert {"normal", "ties", "all-equal", "inf", "edges", "nan"} <= kinds
     assert data["summary"]["by_status"] == {"verified": 1}
     assert data["summary"]["verification"]["seed"] == 7
@@ -158,9 +159,13 @@ def test_identical_rewrites_are_checked_once() -> None:
 
 
 def test_progress_callback() -> None:
-    seen: list[tuple[int, int]] = []
-    lowerer.convert(many_nodes(5), target_opset=11, progress=lambda a, b: seen.append((a, b)))
-    assert seen[-1] == (5, 2)
+    from lowerer.progress import Progress
+
+    seen: list[Progress] = []
+    lowerer.convert(many_nodes(5), target_opset=11, progress=seen.append)
+    verify = [p for p in seen if p.phase == "verify"]
+    assert [p.done for p in verify] == [1, 2, 3, 4, 5]
+    assert verify[-1].unit == "rewrites" and verify[-1].detail == "2 distinct checks"
 
 
 # -- providers ------------------------------------------------------------------------------------------
@@ -373,16 +378,20 @@ def test_cpu_fallback_is_reported(tmp_path: Path) -> None:
 
 
 def test_progress_counter_only_on_a_terminal(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture) -> None:
-    from lowerer import cli
+    from lowerer import cli_output
+    from lowerer.progress import Progress
 
-    quiet = cli._Progress()
+    quiet = cli_output.TerminalProgress()
     assert not quiet.enabled  # pytest's stderr is not a terminal
-    monkeypatch.setattr(cli.sys.stderr, "isatty", lambda: True)
-    loud = cli._Progress(delay=0.0, interval=0.0)
+    monkeypatch.setattr(cli_output.sys.stderr, "isatty", lambda: True)
+    loud = cli_output.TerminalProgress(delay=0.0, interval=0.0)
     assert loud.enabled
-    loud(10, 2)
+    loud(Progress("verify", 10, None, "rewrites", "2 distinct checks"))
+    loud(Progress("model-check", 3, 12, "runs"))
     loud.close()
-    assert "verifying: 10 rewrites, 2 distinct checks" in capsys.readouterr().err
+    err = capsys.readouterr().err
+    assert "verify: 10 rewrites, 2 distinct checks" in err
+    assert "model-check: 3/12 runs (25%)" in err
 
 
 class LastMaxHardmax(Rule):

@@ -47,7 +47,7 @@ _BLOCK_RANGE = (8, 2048)
 IOTA_CONST_MAX = 1 << 16
 #: Below opset 7 the one-hot is a Gather from an n x n identity table; the largest n allowed.
 EYE_MAX = 1024
-_NUMPY_TYPES = {
+_NUMPY_TYPES: dict[int, type] = {
     onnx.TensorProto.FLOAT: np.float32,
     onnx.TensorProto.FLOAT16: np.float16,
     onnx.TensorProto.DOUBLE: np.float64,
@@ -101,7 +101,7 @@ class HardmaxDecomposition(Rule):
                 em.refuse(f"axis {axis} is out of range for input {x!r} of rank {rank} (allowed: "
                           f"[{-rank}, {rank - 1}]); onnxruntime rejects the node too")
             axis = normalize_axis(axis, rank)
-            if 0 in dims:
+            if dims is not None and 0 in dims:
                 em.op("Identity", [x], [y])
                 return
         if elem is None and em.opset < 15:

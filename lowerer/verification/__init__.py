@@ -4,21 +4,24 @@
 * :mod:`.inputs`: seeded inputs and shape bindings that find bugs;
 * :mod:`.models`: the small one-rewrite models;
 * :mod:`.runner`: onnxruntime sessions and the reference engine;
-* :mod:`.compare`: exact comparison (tolerance only where arithmetic may differ);
+* :mod:`.compare`: exact comparison, or within a :class:`~.compare.Tolerance`, and statistics;
 * :mod:`.check`: the per-rewrite verifier, with reuse of identical checks;
-* :mod:`.whole`: whole-model comparison (``--verify-model``, ``lowerer verify``).
+* :mod:`.feeds`: whole-model inputs (steered shapes and ranges, index-like inputs, .npz files);
+* :mod:`.budget`: the memory whole-model runs claim;
+* :mod:`.whole`: whole-model comparison (``--verify-model``, ``lowerer verify``, ``--optimize``).
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from pathlib import Path
-
-import onnx
+from typing import TYPE_CHECKING
 
 from lowerer.report import Report
 from lowerer.verification.check import CheckResult, Progress, RewriteVerifier
 from lowerer.verification.providers import available_providers, select_providers
+
+if TYPE_CHECKING:
+    from lowerer.verification.whole import ModelCheckOptions, ModelComparison, ModelSource
 
 __all__ = [
     "CheckResult",
@@ -40,13 +43,15 @@ def make_verifier(providers: Sequence[str] | None = None, seed: int = 0,
     return RewriteVerifier(providers, seed, progress)
 
 
-def verify_models(original: onnx.ModelProto, converted: onnx.ModelProto, *, providers: Sequence[str] | None,
-                  seed: int, base_dir: Path | None, report: Report) -> None:
+def verify_models(original: ModelSource, converted: ModelSource, *, options: ModelCheckOptions | None = None,
+                  providers: Sequence[str] | None = None, seed: int = 0, report: Report) -> ModelComparison:
     """Run both whole models on the same inputs and compare every output; record it in ``report``.
 
+    See :func:`lowerer.verification.whole.verify_models`.
+
     Raises:
-        VerificationError: an output differs.
+        VerificationError: an output differs, or the check could not run (unless allowed).
     """
     from lowerer.verification.whole import verify_models as run
 
-    run(original, converted, providers=providers, seed=seed, base_dir=base_dir, report=report)
+    return run(original, converted, options=options, providers=providers, seed=seed, report=report)

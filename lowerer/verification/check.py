@@ -361,7 +361,7 @@ class RewriteVerifier:
         return CheckResult("verified", f"element type unknown; verified for each of {', '.join(names)}",
                            ", ".join(providers), details)
 
-    def _engine(self, model: onnx.ModelProto, opset: int, dtypes: list[np.dtype], side: str) -> Engine | str:  # type: ignore[type-arg]
+    def _engine(self, model: onnx.ModelProto, opset: int, dtypes: list[np.dtype[Any]], side: str) -> Engine | str:
         deviating = sorted({n.op_type for n in model.graph.node} & set(_ORT_DEVIATES))
         if side == "original" and deviating and reference.supports(model.graph.node, opset) is None:
             # Judge the original by its spec, not by onnxruntime's known departure from it.

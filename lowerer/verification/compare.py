@@ -1,30 +1,79 @@
-"""Comparing outputs: exact (numeric equality, NaN equal to NaN) or within a stated tolerance in ulps."""
+"""Comparing outputs: exact (numeric equality, NaN equal to NaN) or within a stated :class:`Tolerance`.
+
+:func:`compare` finds the first difference (per-rewrite checks); :func:`statistics` measures a
+whole output (whole-model checks): largest absolute, relative and ulp differences, how many
+values are outside the tolerance, and where the worst one is. Both judge by the same
+:class:`Tolerance`; discrete outputs (integers, booleans, strings) are always compared exactly.
+"""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from typing import Any
 
 import ml_dtypes
 import numpy as np
 
-__all__ = ["Difference", "Tolerance", "compare", "tolerance_for", "ulp_distance"]
+__all__ = ["EXACT", "Difference", "OutputStats", "Tolerance", "compare", "statistics", "tolerance_for", "ulp_distance"]
 
 _BF16 = np.dtype(ml_dtypes.bfloat16)
 
 
 @dataclass(frozen=True)
 class Tolerance:
-    """How far apart two finite values may be: ``ulps`` units in the last place, or ``atol``.
+    """How far apart two finite float values may be; every criterion that is set may accept a value.
 
-    NaN matches only NaN, an infinity only itself.
+    A pair of finite values matches when they are equal, or within ``ulps`` units in the last
+    place, or within ``atol`` (absolute), or within ``rtol`` times the expected value's magnitude
+    (relative): the same per-element rule as polygraphy's ``--atol``/``--rtol``. NaN matches only
+    NaN, an infinity only itself, and discrete values (integers, booleans) only themselves.
+    ``Tolerance()`` is exact.
+
+    Attributes:
+        ulps: the most units in the last place two values may be apart (``--max-ulp``).
+        atol: the largest absolute difference accepted (``--atol``).
+        rtol: the largest difference accepted relative to the expected value (``--rtol``).
     """
 
-    ulps: int
-    atol: float
+    ulps: int = 0
+    atol: float = 0.0
+    rtol: float = 0.0
+
+    def __post_init__(self) -> None:
+        for name in ("ulps", "atol", "rtol"):
+            value = getattr(self, name)
+            if not value >= 0 or value == float("inf"):  # also refuses NaN
+                raise ValueError(f"tolerance {name} must be a finite number >= 0, not {value!r}")
+
+    @property
+    def max_ulp(self) -> int:
+        """``ulps``, under the name of the command-line option."""
+        return self.ulps
+
+    @property
+    def exact(self) -> bool:
+        """True when nothing but equality is accepted."""
+        return self.ulps == 0 and self.atol == 0 and self.rtol == 0
+
+    def describe(self) -> str:
+        """``exact``, or the criteria that are set (``atol 1e-06 or rtol 1e-05 or 2 ulp``)."""
+        if self.exact:
+            return "exact"
+        parts = [f"{name} {value:g}" for name, value in (("atol", self.atol), ("rtol", self.rtol)) if value]
+        if self.ulps:
+            parts.append(f"{self.ulps} ulp")
+        return " or ".join(parts)
 
     def to_dict(self) -> dict[str, float]:
-        """JSON-ready form."""
-        return {"ulps": self.ulps, "atol": self.atol}
+        """JSON-ready form (``rtol`` only when set, as before it existed)."""
+        out: dict[str, float] = {"ulps": self.ulps, "atol": self.atol}
+        if self.rtol:
+            out["rtol"] = self.rtol
+        return out
+
+
+#: Nothing but equality.
+EXACT = Tolerance()
 
 
 #: Used only for ops whose kernels compute (Softmax, LogSoftmax): onnxruntime's kernels for
@@ -40,7 +89,7 @@ _ULPS = {np.dtype(np.float16): 2, _BF16: 2, np.dtype(np.float32): 4, np.dtype(np
 KERNEL_EPSILONS = 16
 
 
-def tolerance_for(dtype: np.dtype, op: str = "Softmax", scale: float = 1.0) -> Tolerance | None:  # type: ignore[type-arg]
+def tolerance_for(dtype: np.dtype[Any], op: str = "Softmax", scale: float = 1.0) -> Tolerance | None:
     """The tolerance for ``op``'s outputs of ``dtype`` where arithmetic may differ (None: exact).
 
     Softmax is judged in ulps only (small probabilities keep their relative precision);
@@ -54,7 +103,7 @@ def tolerance_for(dtype: np.dtype, op: str = "Softmax", scale: float = 1.0) -> T
     ulps = _ULPS.get(key)
     if ulps is None:
         return None
-    eps = float(ml_dtypes.finfo(key).eps) if key == _BF16 else float(np.finfo(key).eps)
+    eps = float(ml_dtypes.finfo(key).eps) if key == _BF16 else float(np.finfo(key).eps)  # type: ignore[no-untyped-call]
     if op == "Softmax":
         return Tolerance(ulps, 0.0)
     if op == "LogSoftmax":
@@ -77,7 +126,8 @@ def ulp_distance(a: np.ndarray, b: np.ndarray) -> np.ndarray:
         mag = (i & mask).astype(np.float64)
         return np.where(i < 0, -mag, mag)
 
-    return np.abs(ordered(a) - ordered(b))
+    distance: np.ndarray = np.abs(ordered(a) - ordered(b))
+    return distance
 
 
 @dataclass(frozen=True)
@@ -115,6 +165,8 @@ def compare(expected: np.ndarray, actual: np.ndarray, tol: Tolerance | None = No
         return Difference(what), float("inf")
     if expected.size == 0:
         return None, 0.0
+    shape = expected.shape
+    expected, actual = expected.reshape(-1), actual.reshape(-1)  # 0-d values too: numpy scalars take no masks
     e, a = _as_float(expected), _as_float(actual)
     if e.dtype.kind == "f":
         nan_e, nan_a = np.isnan(e), np.isnan(a)
@@ -127,7 +179,7 @@ def compare(expected: np.ndarray, actual: np.ndarray, tol: Tolerance | None = No
             bad = ~((e == a) | (nan_e & nan_a))
         else:
             finite = np.isfinite(e) & np.isfinite(a)
-            close = finite & ((ulp_distance(expected, actual) <= tol.ulps) | (diff <= tol.atol))
+            close = finite & _close(expected, actual, diff, np.abs(e.astype(np.float64)), tol)
             bad = ~((e == a) | close | (nan_e & nan_a))
     else:
         diff = np.abs(e.astype(np.float64) - a.astype(np.float64)) if e.dtype.kind in "iub" else np.zeros(e.shape)
@@ -135,8 +187,9 @@ def compare(expected: np.ndarray, actual: np.ndarray, tol: Tolerance | None = No
     max_diff = float(np.max(diff)) if diff.size else 0.0
     if not np.any(bad):
         return None, max_diff
-    index = tuple(int(i) for i in np.argwhere(bad)[0])
-    return Difference("values differ", index, _scalar(expected[index]), _scalar(actual[index])), max_diff
+    flat = int(np.argwhere(bad)[0][0])
+    index = tuple(int(i) for i in np.unravel_index(flat, shape))
+    return Difference("values differ", index, _scalar(expected[flat]), _scalar(actual[flat])), max_diff
 
 
 def _scalar(v: object) -> object:
@@ -148,3 +201,155 @@ def _scalar(v: object) -> object:
     if item.dtype.kind == "b":
         return bool(item)
     return item.item()
+
+
+def _close(expected: np.ndarray, actual: np.ndarray, diff: np.ndarray, magnitude: np.ndarray,
+           tol: Tolerance) -> np.ndarray:
+    """Where finite values are close enough under ``tol`` (``diff``: absolute difference, float64)."""
+    close = np.zeros(diff.shape, dtype=bool)
+    if tol.ulps and np.dtype(expected.dtype) in _INT_VIEW:
+        close |= ulp_distance(expected, actual) <= tol.ulps
+    if tol.atol:
+        close |= diff <= tol.atol
+    if tol.rtol:
+        close |= diff <= tol.rtol * magnitude
+    return close
+
+
+@dataclass
+class OutputStats:
+    """How two values of one output compare: the statistics of a whole-model check.
+
+    Attributes:
+        name: the output's name.
+        dtype: its element type (numpy's name).
+        shape: its shape (the first side's; merged over input sets: where the worst value is).
+        count: how many values were compared (over every input set merged in).
+        mismatches: how many of them are outside the tolerance.
+        max_abs: the largest absolute difference (inf where NaN meets a number).
+        max_rel: the largest difference relative to the first side's value.
+        max_ulp: the largest distance in units in the last place between finite values (floats only).
+        discrete: integers, booleans or strings: compared exactly whatever the tolerance.
+        worst_index: where the largest difference is (among the mismatches when there are any).
+        worst: the two values there.
+        worst_input_set: the input set it was found on (set by the caller).
+        what: what differs when the values cannot be compared (element types or shapes).
+    """
+
+    name: str
+    dtype: str
+    shape: list[int]
+    count: int = 0
+    mismatches: int = 0
+    max_abs: float = 0.0
+    max_rel: float = 0.0
+    max_ulp: int | None = None
+    discrete: bool = False
+    worst_index: list[int] | None = None
+    worst: tuple[object, object] | None = None
+    worst_input_set: str | None = None
+    what: str | None = None
+    _worst_key: tuple[bool, float] = field(default=(False, -1.0), repr=False)
+
+    @property
+    def share(self) -> float:
+        """The share of values outside the tolerance (0 to 1)."""
+        return self.mismatches / self.count if self.count else 0.0
+
+    @property
+    def ok(self) -> bool:
+        """True when every value is within the tolerance."""
+        return self.mismatches == 0 and self.what is None
+
+    def merge(self, other: OutputStats) -> OutputStats:
+        """The statistics of both (e.g. two input sets): counts added, maxima kept, the worser worst."""
+        worst = other if other._worst_key > self._worst_key else self
+        ulps = [u for u in (self.max_ulp, other.max_ulp) if u is not None]
+        return OutputStats(
+            name=self.name, dtype=self.dtype, shape=worst.shape, count=self.count + other.count,
+            mismatches=self.mismatches + other.mismatches, max_abs=max(self.max_abs, other.max_abs),
+            max_rel=max(self.max_rel, other.max_rel), max_ulp=max(ulps) if ulps else None,
+            discrete=self.discrete, worst_index=worst.worst_index, worst=worst.worst,
+            worst_input_set=worst.worst_input_set, what=self.what or other.what, _worst_key=worst._worst_key)
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-ready form (non-finite numbers as strings: ``"inf"``)."""
+        return {
+            "name": self.name, "dtype": self.dtype, "shape": list(self.shape), "count": self.count,
+            "mismatches": self.mismatches, "mismatch_share": self.share, "max_abs": _json_float(self.max_abs),
+            "max_rel": _json_float(self.max_rel), "max_ulp": self.max_ulp, "discrete": self.discrete,
+            "worst": None if self.worst_index is None or self.worst is None else {
+                "index": list(self.worst_index), "values": [_json_value(v) for v in self.worst],
+                "input_set": self.worst_input_set},
+            "what": self.what,
+        }
+
+
+def _json_float(x: float) -> float | str:
+    return x if np.isfinite(x) else str(x)
+
+
+def _json_value(v: object) -> object:
+    return _json_float(v) if isinstance(v, float) else v
+
+
+def statistics(expected: np.ndarray, actual: np.ndarray, tol: Tolerance = EXACT, *, name: str = "",
+               sides: tuple[str, str] = ("original", "replacement")) -> OutputStats:
+    """Compare two values of one output in full: maxima, mismatches under ``tol``, the worst element.
+
+    Float values are judged by ``tol`` (see :class:`Tolerance`); NaN matches NaN; integers,
+    booleans and strings must be equal. ``sides`` names the two values in :attr:`OutputStats.what`.
+    """
+    e_dtype, a_dtype = np.dtype(expected.dtype), np.dtype(actual.dtype)
+    is_float = e_dtype.kind == "f" or e_dtype == _BF16
+    stats = OutputStats(name=name, dtype=str(e_dtype), shape=[int(d) for d in expected.shape], discrete=not is_float)
+    if e_dtype != a_dtype or expected.shape != actual.shape:
+        if e_dtype != a_dtype:
+            stats.what = f"element types differ: {sides[0]} {e_dtype}, {sides[1]} {a_dtype}"
+        else:
+            stats.what = f"shapes differ: {sides[0]} {list(expected.shape)}, {sides[1]} {list(actual.shape)}"
+        stats.count = stats.mismatches = max(int(expected.size), int(actual.size), 1)
+        stats.max_abs = stats.max_rel = float("inf")
+        return stats
+    stats.count = int(expected.size)
+    if expected.size == 0:
+        return stats
+    shape = expected.shape
+    expected, actual = expected.reshape(-1), actual.reshape(-1)  # 0-d values too: numpy scalars take no masks
+    e, a = _as_float(expected), _as_float(actual)
+    if is_float:
+        e64, a64 = e.astype(np.float64), a.astype(np.float64)
+        nan_e, nan_a = np.isnan(e64), np.isnan(a64)
+        same = (e64 == a64) | (nan_e & nan_a)
+        with np.errstate(all="ignore"):
+            diff = np.abs(e64 - a64)
+        diff[same] = 0.0
+        diff[nan_e != nan_a] = np.inf
+        finite = np.isfinite(e64) & np.isfinite(a64)
+        magnitude = np.abs(e64)
+        bad = ~(same | (finite & _close(expected, actual, diff, magnitude, tol)))
+        if np.dtype(expected.dtype) in _INT_VIEW and np.any(finite):
+            stats.max_ulp = int(np.max(ulp_distance(expected[finite], actual[finite])))
+        else:
+            stats.max_ulp = 0
+    elif e.dtype.kind in "iub":
+        e64, a64 = e.astype(np.float64), a.astype(np.float64)
+        diff = np.abs(e64 - a64)
+        magnitude = np.abs(e64)
+        bad = e != a
+    else:  # strings and other objects: equal or not
+        bad = np.asarray(e != a, dtype=bool)
+        diff = bad.astype(np.float64)
+        magnitude = np.ones(diff.shape)
+    with np.errstate(all="ignore"):
+        rel = np.where(diff == 0, 0.0, diff / magnitude)
+    rel[np.isnan(rel)] = np.inf
+    stats.mismatches = int(np.count_nonzero(bad))
+    stats.max_abs = float(np.max(diff))
+    stats.max_rel = float(np.max(rel))
+    ranked = np.where(bad, diff, -1.0) if stats.mismatches else diff
+    flat = int(np.argmax(ranked))
+    stats.worst_index = [int(i) for i in np.unravel_index(flat, shape)]
+    stats.worst = (_scalar(expected[flat]), _scalar(actual[flat]))
+    stats._worst_key = (stats.mismatches > 0, float(diff[flat]))
+    return stats

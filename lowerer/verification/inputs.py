@@ -16,6 +16,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import ml_dtypes
 import numpy as np
@@ -41,7 +42,7 @@ class InputSet:
     kind: str
     shapes: tuple[tuple[int, ...], ...]
 
-    def describe(self, names: Sequence[str], dtypes: Sequence[np.dtype]) -> str:  # type: ignore[type-arg]
+    def describe(self, names: Sequence[str], dtypes: Sequence[np.dtype[Any]]) -> str:
         """``kind (x: float32[2,3])``."""
         parts = [f"{n}: {d}[{','.join(map(str, s))}]" for n, d, s in zip(names, dtypes, self.shapes, strict=True)]
         return f"{self.kind} ({'; '.join(parts)})"
@@ -121,13 +122,13 @@ def generate(kind: str, elem_type: int, shape: tuple[int, ...], rng: np.random.G
     return _int_input(kind, dtype, shape, rng)
 
 
-def _float_input(kind: str, dtype: np.dtype, shape: tuple[int, ...], rng: np.random.Generator) -> np.ndarray:  # type: ignore[type-arg]
+def _float_input(kind: str, dtype: np.dtype[Any], shape: tuple[int, ...], rng: np.random.Generator) -> np.ndarray:
     if kind == "ties":
         return rng.integers(-1, 1, size=shape).astype(np.float32).astype(dtype)
     if kind == "all-equal":
         return np.full(shape, np.float32(rng.integers(-3, 4) * 0.5)).astype(dtype)
     if kind == "edges":
-        info = ml_dtypes.finfo(dtype) if dtype == _BF16 else np.finfo(dtype)
+        info = ml_dtypes.finfo(dtype) if dtype == _BF16 else np.finfo(dtype)  # type: ignore[no-untyped-call]
         pool = np.array([float(info.max), -float(info.max), float(info.smallest_subnormal), 0.0, -0.0,
                          -float(info.smallest_subnormal), float(info.max) / 2], dtype=np.float64)
         return pool[rng.integers(0, len(pool), size=shape)].astype(dtype)
@@ -141,7 +142,7 @@ def _float_input(kind: str, dtype: np.dtype, shape: tuple[int, ...], rng: np.ran
     return x.astype(dtype)
 
 
-def _int_input(kind: str, dtype: np.dtype, shape: tuple[int, ...], rng: np.random.Generator) -> np.ndarray:  # type: ignore[type-arg]
+def _int_input(kind: str, dtype: np.dtype[Any], shape: tuple[int, ...], rng: np.random.Generator) -> np.ndarray:
     info = np.iinfo(dtype)
     if kind == "ties":
         low = 0 if info.min == 0 else -1

@@ -30,7 +30,7 @@ def small_model(nodes: Sequence[onnx.NodeProto], constants: Sequence[onnx.Tensor
     graph = helper.make_graph(list(nodes), "lowerer_check", graph_inputs, graph_outputs, initializer=list(constants))
     imports = [helper.make_opsetid("", opset)]
     try:
-        needed = helper.find_min_ir_version_for(imports, ignore_unknown=True)  # type: ignore[call-overload]
+        needed = helper.find_min_ir_version_for(imports, ignore_unknown=True)
     except Exception:  # pragma: no cover - very old onnx
         needed = 7
     return helper.make_model(graph, opset_imports=imports, ir_version=min(max(int(needed), 7), MAX_IR_VERSION),

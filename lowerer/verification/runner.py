@@ -7,6 +7,7 @@ import json
 import os
 import tempfile
 from collections.abc import Mapping, Sequence
+from pathlib import Path
 from typing import Any, Protocol
 
 import ml_dtypes
@@ -16,7 +17,11 @@ import onnx
 from lowerer import reference
 from lowerer.verification.providers import CPU
 
-__all__ = ["Engine", "OrtEngine", "ReferenceEngine", "SessionMaker", "quiet_session_options"]
+__all__ = ["EXTERNAL_DATA_FOLDER", "Engine", "OrtEngine", "ReferenceEngine", "SessionMaker", "quiet_session_options"]
+
+#: onnxruntime's session option naming the folder external data is read from, for a model given as bytes
+#: (without it, onnxruntime resolves the locations against the working directory).
+EXTERNAL_DATA_FOLDER = "session.model_external_initializers_file_folder_path"
 
 _BF16 = np.dtype(ml_dtypes.bfloat16)
 
@@ -106,8 +111,10 @@ class SessionMaker:
         self.sessions = 0
         self._ort: Any = None
 
-    def _options(self, strict: bool = False, profile: bool = False) -> Any:
+    def _options(self, strict: bool = False, profile: bool = False, data_dir: str | None = None) -> Any:
         so = quiet_session_options(self._ort)
+        if data_dir is not None:  # external data of a model given as bytes: beside the model, not in the cwd
+            so.add_session_config_entry(EXTERNAL_DATA_FOLDER, data_dir)
         if strict:
             so.add_session_config_entry("session.disable_cpu_ep_fallback", "1")
         if profile:
@@ -115,8 +122,11 @@ class SessionMaker:
             so.profile_file_prefix = os.path.join(tempfile.gettempdir(), f"lowerer-placement-{os.getpid()}")
         return so
 
-    def create(self, model: onnx.ModelProto | bytes) -> OrtEngine | str:
+    def create(self, model: onnx.ModelProto | bytes, data_dir: str | os.PathLike[str] | None = None) -> OrtEngine | str:
         """A session for ``model``, or the reason onnxruntime refused it.
+
+        ``data_dir``: the folder the model's external data locations are relative to (the
+        model's own folder); onnxruntime reads the data files itself, from there only.
 
         When the first provider is not the CPU, the session is first created with CPU fallback
         disabled; if that fails, it is created again with fallback and the nodes that went to
@@ -127,22 +137,25 @@ class SessionMaker:
 
             self._ort = onnxruntime
         data = model if isinstance(model, bytes) else model.SerializeToString()
+        folder = None if data_dir is None else os.fspath(Path(data_dir).resolve())
         primary = self.providers[0]
         if primary != CPU:
             try:
-                session = self._ort.InferenceSession(data, self._options(strict=True), providers=self.providers)
+                session = self._ort.InferenceSession(data, self._options(strict=True, data_dir=folder),
+                                                     providers=self.providers)
                 self.sessions += 1
                 return OrtEngine(session, primary, None)
             except Exception as e:
                 strict_error = _short(e)
             try:
-                session = self._ort.InferenceSession(data, self._options(profile=True), providers=self.providers)
+                session = self._ort.InferenceSession(data, self._options(profile=True, data_dir=folder),
+                                                     providers=self.providers)
                 self.sessions += 1
             except Exception as e:
                 return _short(e)
             return OrtEngine(session, primary, f"some nodes ran on {CPU}, not {primary} ({strict_error})", True)
         try:
-            session = self._ort.InferenceSession(data, self._options(), providers=self.providers)
+            session = self._ort.InferenceSession(data, self._options(data_dir=folder), providers=self.providers)
         except Exception as e:
             return _short(e)
         self.sessions += 1
@@ -168,14 +181,17 @@ def placement_from_profile(engine: OrtEngine) -> dict[str, str]:
             os.unlink(path)
 
 
-def ort_can_exchange(dtypes: Sequence[np.dtype]) -> str | None:  # type: ignore[type-arg]
+def ort_can_exchange(dtypes: Sequence[np.dtype[Any]]) -> str | None:
     """None when onnxruntime's Python API can take these input dtypes, else why not."""
     if any(np.dtype(d) == _BF16 for d in dtypes):
         return "onnxruntime's Python API does not exchange bfloat16 arrays (and has few bfloat16 kernels)"
     return None
 
 
-def _short(e: BaseException) -> str:
+def _short(e: BaseException, limit: int = 600) -> str:
+    """The error's message on one line, without onnxruntime's prefix, cut (at a word) after ``limit`` characters."""
     text = " ".join(str(e).split())
     text = text.replace("[ONNXRuntimeError] : ", "")
-    return text if len(text) <= 300 else text[:297] + "..."
+    if len(text) <= limit:
+        return text
+    return text[:limit].rsplit(" ", 1)[0] + " ..."

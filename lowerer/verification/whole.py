@@ -1,10 +1,20 @@
-"""Whole-model comparison: run two models on the same generated inputs and compare every graph output."""
+"""Whole-model comparison: run two models on the same inputs and compare every graph output.
+
+Used by ``lowerer verify A B``, ``convert --verify-model`` and ``convert --optimize``. Inputs
+are generated (seeded; index-like inputs in range) or loaded, see :mod:`.feeds`; outputs are
+matched by position and judged by a :class:`~lowerer.verification.compare.Tolerance` (exact by
+default; discrete outputs always exactly), with statistics per output.
+
+The models run in onnxruntime from their serialized bytes, with their external data read by
+onnxruntime itself from the model's folder (never the working directory): no size cap, but the
+bytes the tensors claim must fit in the memory available. One model runs at a time.
+"""
 
 from __future__ import annotations
 
-import os
+import logging
 import zlib
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -13,17 +23,47 @@ import numpy as np
 import onnx
 
 from lowerer.errors import VerificationError
+from lowerer.progress import ProgressCallback, notify
 from lowerer.report import Report
-from lowerer.verification.compare import compare
-from lowerer.verification.inputs import generate
+from lowerer.verification.budget import available_memory, claimed_bytes, gib
+from lowerer.verification.compare import EXACT, OutputStats, Tolerance, statistics
+from lowerer.verification.feeds import FeedSet, generate_sets, load_sets, merge_specs, model_inputs, save_sets
 from lowerer.verification.providers import select_providers
 from lowerer.verification.runner import OrtEngine, SessionMaker, ort_can_exchange
 
-__all__ = ["MAX_MODEL_BYTES", "ModelComparison", "compare_models", "verify_models"]
+__all__ = ["ModelCheckOptions", "ModelComparison", "ModelSource", "compare_models", "verify_models"]
 
-#: Models (with their external data) larger than this are not run whole.
-MAX_MODEL_BYTES = 1 << 30
-_KINDS = ("normal", "ties", "all-equal")
+logger = logging.getLogger(__name__)
+
+
+@dataclass
+class ModelCheckOptions:
+    """How a whole-model check runs: tolerance, inputs, and whether a check that cannot run may pass.
+
+    Attributes:
+        tolerance: what counts as equal for float outputs (exact by default).
+        input_shapes: concrete shapes per input name (dynamic dims otherwise bound to 1, then 2).
+        value_ranges: an inclusive (low, high) per input name; key ``""`` for every other input.
+        load_inputs: ``.npz`` files whose arrays are the inputs (instead of generated ones).
+        save_inputs: an ``.npz`` file to write the inputs that ran to.
+        allow_unverified: a check that cannot run is noted instead of raising VerificationError.
+    """
+
+    tolerance: Tolerance = EXACT
+    input_shapes: dict[str, tuple[int, ...]] = field(default_factory=dict)
+    value_ranges: dict[str, tuple[float, float]] = field(default_factory=dict)
+    load_inputs: list[Path] = field(default_factory=list)
+    save_inputs: Path | None = None
+    allow_unverified: bool = False
+
+
+@dataclass
+class ModelSource:
+    """A model to run: the proto (external data not loaded), the folder its data is in, a name for messages."""
+
+    model: onnx.ModelProto
+    base_dir: Path | None
+    name: str
 
 
 @dataclass
@@ -31,23 +71,42 @@ class ModelComparison:
     """The outcome of a whole-model comparison.
 
     Attributes:
-        status: ``equal``, ``different`` or ``skipped``.
-        reason: what differs, or why it was skipped, or what was compared.
+        status: ``equal`` (within the tolerance), ``different``, ``not-run`` (the check could
+            not run) or ``incomparable`` (the models take different inputs).
+        reason: one line: what was compared, what differs, or why it could not run.
+        provider: the execution provider both models ran on.
+        outputs: statistics per output (over every input set that ran).
+        input_sets: labels of the input sets that ran.
+        tolerance: the tolerance float outputs were judged by.
+        details: notes (input sets that did not run, how index-like inputs were chosen, placement).
+        models: the names of the two models in messages (``original``, ``converted``).
     """
 
     status: str
     reason: str
     provider: str | None = None
+    outputs: list[OutputStats] = field(default_factory=list)
+    input_sets: list[str] = field(default_factory=list)
+    tolerance: Tolerance = EXACT
     details: dict[str, Any] = field(default_factory=dict)
+    models: tuple[str, str] = ("A", "B")
+
+    @property
+    def passed(self) -> bool:
+        """True when every output is within the tolerance."""
+        return self.status == "equal"
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready form."""
-        return {"status": self.status, "reason": self.reason, "provider": self.provider, "details": self.details}
+        return {"status": self.status, "reason": self.reason, "provider": self.provider, "models": list(self.models),
+                "tolerance": {**self.tolerance.to_dict(), "rtol": self.tolerance.rtol,
+                              "discrete_outputs": "exact"},
+                "input_sets": list(self.input_sets), "outputs": [o.to_dict() for o in self.outputs],
+                "details": dict(self.details)}
 
 
-def _with_data(model: onnx.ModelProto, base_dir: Path | None) -> onnx.ModelProto | str:
-    from lowerer.model_io import external_data_locations
-
+def _runnable(model: onnx.ModelProto) -> bytes | str:
+    """The bytes onnxruntime gets (outputs of unknown element type untyped), or why there are none."""
     if any(o.type.tensor_type.elem_type == 0 for o in model.graph.output if o.type.HasField("tensor_type")):
         typed = onnx.ModelProto()
         typed.CopyFrom(model)
@@ -55,141 +114,207 @@ def _with_data(model: onnx.ModelProto, base_dir: Path | None) -> onnx.ModelProto
             if o.type.HasField("tensor_type") and o.type.tensor_type.elem_type == 0:
                 o.ClearField("type")
         model = typed
-    locations = external_data_locations(model)
-    if not locations:
-        return model if model.ByteSize() <= MAX_MODEL_BYTES else f"the model is over {MAX_MODEL_BYTES >> 20} MiB"
-    if base_dir is None:
-        return "the model keeps its weights in external data and no directory to load them from was given"
-    total = model.ByteSize() + sum(os.path.getsize(base_dir / loc) for loc in locations if (base_dir / loc).is_file())
-    if total > MAX_MODEL_BYTES:
-        return f"the model with its external data is {total >> 20} MiB, over the {MAX_MODEL_BYTES >> 20} MiB limit"
-    from onnx.external_data_helper import load_external_data_for_model
-
-    loaded = onnx.ModelProto()
-    loaded.CopyFrom(model)
     try:
-        load_external_data_for_model(loaded, str(base_dir))
-    except (OSError, ValueError) as e:
-        return f"cannot load its external data: {e}"
-    return loaded
+        return bytes(model.SerializeToString())
+    except Exception:  # protobuf's 2 GiB limit on one message
+        return ("it holds over 2 GiB of inline tensors, more than protobuf can serialize; save it with its weights "
+                "in external data")
 
 
-def _inputs(model: onnx.ModelProto) -> list[tuple[str, int, list[int | str]]] | str:
-    inits = {t.name for t in model.graph.initializer} | {s.values.name for s in model.graph.sparse_initializer}
-    out: list[tuple[str, int, list[int | str]]] = []
-    for vi in model.graph.input:
-        if vi.name in inits:
-            continue
-        if not vi.type.HasField("tensor_type"):
-            return f"graph input {vi.name!r} is not a tensor"
-        tt = vi.type.tensor_type
-        if not tt.HasField("shape"):
-            return f"graph input {vi.name!r} has no shape"
-        dims: list[int | str] = [d.dim_value if d.HasField("dim_value") else (d.dim_param or f"?{i}")
-                                 for i, d in enumerate(tt.shape.dim)]
-        out.append((vi.name, tt.elem_type, dims))
-    return out
+def _seed_key(seed: int, model: onnx.ModelProto) -> list[int]:
+    return [seed, zlib.crc32(model.graph.name.encode())]
 
 
-def compare_models(a: onnx.ModelProto, b: onnx.ModelProto, *, providers: Sequence[str] | None = None, seed: int = 0,
-                   base_dir_a: Path | None = None, base_dir_b: Path | None = None) -> ModelComparison:
-    """Run ``a`` and ``b`` on the same generated inputs and compare every graph output exactly.
-
-    Dynamic dims are bound to 1 and to 2 (one value per named dim); each binding gets the
-    ``normal``, ``ties`` and ``all-equal`` input sets. Outputs are matched by position and
-    compared exactly (NaN equal to NaN).
+def compare_models(a: ModelSource, b: ModelSource, *, options: ModelCheckOptions | None = None,
+                   providers: Sequence[str] | None = None, seed: int = 0,
+                   progress: ProgressCallback | None = None) -> ModelComparison:
+    """Run ``a`` and ``b`` on the same inputs and compare every graph output (see the module's documentation).
 
     Raises:
-        InputError: an unknown or unavailable provider.
+        InputError: an unknown or unavailable provider, or options that do not fit the models
+            (an input name that is not there, shapes or loaded arrays of the wrong type or rank).
     """
+    result = _compare(a, b, options or ModelCheckOptions(), providers, seed, progress)
+    result.models = (a.name, b.name)
+    return result
+
+
+def _compare(a: ModelSource, b: ModelSource, opts: ModelCheckOptions, providers: Sequence[str] | None, seed: int,
+             progress: ProgressCallback | None) -> ModelComparison:
+    tol = opts.tolerance
     chosen = select_providers(providers)
-    full_a, full_b = _with_data(a, base_dir_a), _with_data(b, base_dir_b)
-    for name, m in (("first", full_a), ("second", full_b)):
-        if isinstance(m, str):
-            return ModelComparison("skipped", f"the {name} model was not run: {m}")
-    assert not isinstance(full_a, str) and not isinstance(full_b, str)
-    ins_a, ins_b = _inputs(full_a), _inputs(full_b)
-    if isinstance(ins_a, str) or isinstance(ins_b, str):
-        return ModelComparison("skipped", f"cannot generate inputs: {ins_a if isinstance(ins_a, str) else ins_b}")
-    sig_a = [(n, e, len(d)) for n, e, d in ins_a]
-    sig_b = [(n, e, len(d)) for n, e, d in ins_b]
-    if sig_a != sig_b:
-        return ModelComparison("skipped", f"the models take different inputs: {sig_a} vs {sig_b}")
-    if len(a.graph.output) != len(b.graph.output):
-        return ModelComparison("different", f"the models have {len(a.graph.output)} and {len(b.graph.output)} outputs")
-    from lowerer.reference import np_dtype
+    names = (a.name, b.name)
 
-    dtypes = [np_dtype(e) for _, e, _ in ins_a]
-    why = ort_can_exchange(dtypes)
+    def not_run(reason: str, **details: Any) -> ModelComparison:
+        return ModelComparison("not-run", reason, tolerance=tol, details=details)
+
+    specs_a, specs_b = model_inputs(a.model), model_inputs(b.model)
+    for side, specs in ((a, specs_a), (b, specs_b)):
+        if isinstance(specs, str):
+            return not_run(f"no inputs can be made for {side.name}: {specs}")
+    assert not isinstance(specs_a, str) and not isinstance(specs_b, str)
+    merged = merge_specs(specs_a, specs_b, names)
+    if isinstance(merged, str):
+        return ModelComparison("incomparable", f"{a.name} and {b.name} take different inputs: {merged}",
+                               tolerance=tol)
+    if len(a.model.graph.output) != len(b.model.graph.output):
+        return ModelComparison("different", f"{a.name} has {len(a.model.graph.output)} outputs and {b.name} "
+                                            f"{len(b.model.graph.output)}", tolerance=tol)
+    why = ort_can_exchange([s.dtype for s in merged])
     if why:
-        return ModelComparison("skipped", why)
+        return not_run(why)
+    claims: list[int] = []
+    for side in (a, b):
+        claimed = claimed_bytes(side.model, side.base_dir)
+        if isinstance(claimed, str):
+            return not_run(f"{side.name} was not run: {claimed}")
+        claims.append(claimed)
+    notes: list[str] = []
+    if opts.load_inputs:
+        sets = load_sets(opts.load_inputs, merged)
+    else:
+        sets, notes = generate_sets(a.model, merged, seed_key=_seed_key(seed, a.model),
+                                    input_shapes=opts.input_shapes, value_ranges=opts.value_ranges)
+    need = max(claims) + sum(v.nbytes for s in sets for v in s.feeds.values())
+    free = available_memory()
+    if free is not None and need > free:
+        return not_run(f"the larger model's tensors claim {gib(max(claims))} (the sum of their lengths) and the "
+                       f"inputs {gib(need - max(claims))}, more than the {gib(free)} of memory available now")
+    if opts.save_inputs is not None:
+        save_sets(opts.save_inputs, sets)
     maker = SessionMaker(chosen)
-    sa = maker.create(full_a)
-    if isinstance(sa, str):
-        return ModelComparison("skipped", f"onnxruntime cannot run the first model: {sa}")
-    sb = maker.create(full_b)
-    if isinstance(sb, str):
-        return ModelComparison("skipped", f"onnxruntime cannot run the second model: {sb}")
-    return _run(a, sa, sb, ins_a, seed)
-
-
-def _run(a: onnx.ModelProto, sa: OrtEngine, sb: OrtEngine, ins: list[tuple[str, int, list[int | str]]],
-         seed: int) -> ModelComparison:
-    rng = np.random.default_rng([seed, zlib.crc32(a.graph.name.encode())])
-    out_names = [o.name for o in a.graph.output]
-    used: list[str] = []
-    errors: list[str] = []
-    for size in (1, 2):
-        shapes = [tuple(d if isinstance(d, int) else size for d in dims) for _, _, dims in ins]
-        for kind in _KINDS:
-            feeds = {n: generate(kind, e, s, rng) for (n, e, _), s in zip(ins, shapes, strict=True)}
-            parts = [f"{n}: [{','.join(map(str, s))}]" for (n, _, _), s in zip(ins, shapes, strict=True)]
-            desc = f"{kind} ({'; '.join(parts)})"
-            try:
-                ra = sa.run(feeds)
-            except Exception as e:
-                errors.append(f"{desc}: {' '.join(str(e).split())[:200]}")
-                break
-            try:
-                rb = sb.run(feeds)
-            except Exception as e:
-                return ModelComparison("different", f"input set {desc}: the first model runs but the second raises: "
-                                                    f"{' '.join(str(e).split())[:200]}", sa.label)
-            used.append(desc)
-            for name, x, y in zip(out_names, ra, rb, strict=True):
-                diff, _ = compare(x, y)
-                if diff is not None:
-                    text = diff.describe().replace("original", "first").replace("replacement", "second")
-                    return ModelComparison("different", f"input set {desc}: output {name!r} {text}", sa.label,
-                                           {"input_set": desc, "output": name})
-    if not used:
-        return ModelComparison("skipped", f"the first model did not run on the generated inputs ({errors[0]})",
-                               sa.label)
-    details: dict[str, Any] = {"input_sets": used, "outputs": out_names}
-    if errors:
-        details["skipped"] = errors
-    for side, eng in (("first", sa), ("second", sb)):
+    results_a, errors_a, engine_a = _run_all(maker, a, sets, lambda k: notify(progress, "model-check", k,
+                                                                              2 * len(sets), "runs", a.name))
+    if isinstance(engine_a, str):
+        return not_run(f"onnxruntime cannot run {a.name}: {engine_a}")
+    ran = [i for i, r in enumerate(results_a) if r is not None]
+    details: dict[str, Any] = {"seed": seed}
+    if notes:
+        details["inputs"] = notes
+    if errors_a:
+        details["not_run"] = [f"{sets[i].label}: {a.name} raised: {e}" for i, e in errors_a.items()]
+    if not ran:
+        first = next(iter(errors_a.items()))
+        return not_run(f"{a.name} did not run on any input set (first: {sets[first[0]].label}: {first[1]})",
+                       **details)
+    kept = [sets[i] for i in ran]
+    results_b, errors_b, engine_b = _run_all(maker, b, kept, lambda k: notify(progress, "model-check", len(sets) + k,
+                                                                              len(sets) + len(kept), "runs", b.name))
+    if isinstance(engine_b, str):
+        return not_run(f"onnxruntime cannot run {b.name}: {engine_b}", **details)
+    provider = engine_a.label
+    for side, eng in ((a, engine_a), (b, engine_b)):
         if eng.placement:
-            details[f"{side}_placement"] = eng.placement
-    return ModelComparison("equal", f"{len(out_names)} output(s) equal on {len(used)} input sets on {sa.label}",
-                           sa.label, details)
+            details[f"placement ({side.name})"] = eng.placement
+    if errors_b:
+        k, error = next(iter(errors_b.items()))
+        return ModelComparison("different", f"input set {kept[k].label}: {a.name} runs but {b.name} raises: {error}",
+                               provider, tolerance=tol, input_sets=[s.label for s in kept], details=details)
+    out_names = [o.name for o in a.model.graph.output]
+    b_names = [o.name for o in b.model.graph.output]
+    stats: list[OutputStats] = []
+    for j, name in enumerate(out_names):
+        label = name if name == b_names[j] else f"{name} / {b_names[j]}"
+        merged_stats: OutputStats | None = None
+        for k, feed_set in enumerate(kept):
+            ra, rb = results_a[ran[k]], results_b[k]
+            assert ra is not None and rb is not None
+            one = statistics(ra[j], rb[j], tol, name=label, sides=names)
+            one.worst_input_set = feed_set.label
+            merged_stats = one if merged_stats is None else merged_stats.merge(one)
+        assert merged_stats is not None
+        stats.append(merged_stats)
+    labels = [s.label for s in kept]
+    bad = [s for s in stats if not s.ok]
+    if bad:
+        return ModelComparison("different", _difference(bad, names, tol, provider), provider, stats, labels, tol,
+                               details)
+    how = "exactly" if tol.exact else f"within {tol.describe()}"
+    return ModelComparison("equal", f"{len(stats)} output(s) equal {how} on {len(labels)} input set(s) on "
+                                    f"{provider}", provider, stats, labels, tol, details)
 
 
-def verify_models(original: onnx.ModelProto, converted: onnx.ModelProto, *, providers: Sequence[str] | None,
-                  seed: int, base_dir: Path | None, report: Report) -> None:
-    """Compare the whole original and converted models; note the outcome in ``report``.
+def _run_all(maker: SessionMaker, side: ModelSource, sets: Sequence[FeedSet],
+             tick: Callable[[int], None]) -> tuple[list[list[np.ndarray] | None], dict[int, str], OrtEngine | str]:
+    """Run one model on every set (one session, freed after): outputs per set (None where it raised), errors."""
+    data = _runnable(side.model)
+    if isinstance(data, str):
+        return [], {}, data
+    engine = maker.create(data, side.base_dir)
+    del data
+    if isinstance(engine, str):
+        return [], {}, engine
+    results: list[list[np.ndarray] | None] = []
+    errors: dict[int, str] = {}
+    for i, feed_set in enumerate(sets):
+        logger.info("whole-model check: running %s on %s", side.name, feed_set.label)
+        try:
+            results.append(engine.run(feed_set.feeds))
+            engine.resolve_placement()
+        except Exception as e:
+            results.append(None)
+            errors[i] = " ".join(str(e).split()).replace("[ONNXRuntimeError] : ", "")
+        tick(i + 1)
+    engine.session = None  # free the session (and the weights it holds) before the other model loads
+    return results, errors, engine
+
+
+def _difference(bad: Sequence[OutputStats], names: tuple[str, str], tol: Tolerance, provider: str) -> str:
+    """One line on the worst differing output, and which others differ."""
+    s = bad[0]
+    if s.what is not None:
+        text = f"output {s.name!r}: {s.what}"
+    else:
+        values = "" if s.worst is None else f": {names[0]} {s.worst[0]!r}, {names[1]} {s.worst[1]!r}"
+        scale = "" if s.discrete else f", max ulp {s.max_ulp}"
+        text = (f"output {s.name!r}: {s.mismatches} of {s.count} values ({100 * s.share:.3g}%) "
+                f"{'differ' if s.discrete or tol.exact else 'are outside ' + tol.describe()} (max abs {s.max_abs:.3g}, "
+                f"max rel {s.max_rel:.3g}{scale}); worst at index {s.worst_index} in input set "
+                f"{s.worst_input_set}{values}")
+    others = [repr(o.name) for o in bad[1:]]
+    if others:
+        text += f"; also differing: {', '.join(others)}"
+    floats = [o for o in bad if not o.discrete and o.what is None]
+    if floats and len(floats) == len(bad) and all(o.max_rel < 1e-3 for o in floats):  # small: maybe rounding
+        ulp = max(o.max_ulp or 0 for o in floats)
+        rel = max(o.max_rel for o in floats)
+        text += (f"; if rounding differences are expected, accept them with --max-ulp {ulp} or --rtol "
+                 f"{_round_up(rel)} (API: Tolerance)")
+    return f"{names[0]} and {names[1]} differ on {provider}: {text}"
+
+
+def _round_up(x: float) -> str:
+    """``x`` with two significant digits, rounded up (a tolerance suggested from it accepts ``x``)."""
+    import math
+
+    if x <= 0:
+        return "0"
+    exponent = math.floor(math.log10(x)) - 1
+    value = math.ceil(x / 10.0 ** exponent) * 10.0 ** exponent
+    text = f"{value:.2g}"
+    return text if float(text) >= x else f"{value:.3g}"
+
+
+def verify_models(original: ModelSource, converted: ModelSource, *, options: ModelCheckOptions | None,
+                  providers: Sequence[str] | None, seed: int, report: Report, what: str = "whole-model check",
+                  progress: ProgressCallback | None = None) -> ModelComparison:
+    """Compare two models (before and after a step) and note the outcome in ``report``.
+
+    ``what`` names the check in messages (``whole-model check``, ``optimization check``).
 
     Raises:
-        VerificationError: an output differs.
+        VerificationError: an output differs, or the check could not run (unless
+            ``options.allow_unverified``, which notes it instead).
     """
-    result = compare_models(original, converted, providers=providers, seed=seed, base_dir_a=base_dir,
-                            base_dir_b=base_dir)
-    text = result.reason.replace("first model", "original model").replace("second model", "converted model")
-    text = text.replace("the first runs but the second raises", "the original runs but the converted model raises")
-    result.reason = text
-    report.model_check = result.to_dict()  # type: ignore[attr-defined]
-    report.notes.append(f"whole-model check: {result.status}: {text}")
-    if result.status == "different":
-        text = text.replace("first", "original").replace("second", "converted")
-        raise VerificationError(f"whole-model check failed on {result.provider}: the converted model computes "
-                                f"different outputs: {text}")
+    opts = options or ModelCheckOptions()
+    result = compare_models(original, converted, options=opts, providers=providers, seed=seed, progress=progress)
+    report.model_checks[what] = result.to_dict()
+    report.notes.append(f"{what}: {result.status}: {result.reason}")
+    if result.status in ("different", "incomparable"):
+        raise VerificationError(f"{what} failed: {result.reason}")
+    if result.status == "not-run":
+        if not opts.allow_unverified:
+            raise VerificationError(f"{what} could not run: {result.reason}; nothing was verified as a whole "
+                                    "(allow that with --allow-unverified / allow_unverified=True)")
+        logger.warning("%s could not run: %s", what, result.reason)
+    return result

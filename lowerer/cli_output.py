@@ -1,0 +1,191 @@
+"""What the ``lowerer`` commands print: the conversion summary, whole-model statistics, progress on a terminal.
+
+Only the CLI writes to the terminal; these helpers are called by :mod:`lowerer.cli`. Summaries go to
+stderr (stdout stays free for data), are suppressed by ``-q``, and say what changed.
+"""
+
+from __future__ import annotations
+
+import re
+import sys
+import time
+from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING, Any
+
+import click
+
+from lowerer.progress import Progress
+
+if TYPE_CHECKING:
+    from lowerer.report import Report
+
+__all__ = ["TerminalProgress", "describe_changes", "informational_warning", "model_check_table",
+           "print_convert_summary"]
+
+
+def _echo(text: str, err: bool = True) -> None:
+    click.echo(text, err=err)
+
+
+def describe_changes(report: Report) -> str:
+    """One line on what the conversion changed: ``opset import ai.onnx 11 -> 13; 3 nodes rewritten (3 verified)``."""
+    parts: list[str] = []
+    src, dst = report.source_opset, report.target_opset
+    if dst is not None and src != dst:
+        parts.append(f"opset import ai.onnx {src if src is not None else 'none'} -> {dst}")
+    if report.source_ir_version is not None and report.ir_version is not None \
+            and report.source_ir_version != report.ir_version:
+        parts.append(f"IR version {report.source_ir_version} -> {report.ir_version}")
+    n = len(report.rewrites)
+    if n:
+        by_status = report.summary()["by_status"]
+        counts = ", ".join(f"{by_status[s]} {s}" for s in ("verified", "unverified", "failed") if by_status.get(s))
+        parts.append(f"{n} node{'s' if n != 1 else ''} rewritten ({counts})")
+    elif parts:
+        parts.append("no node needed rewriting")
+    if not parts:
+        what = f"imports ai.onnx {src}" if src is not None else "has no ai.onnx import"
+        decomposed = f" and has no {'/'.join(report.decompose)} node to decompose" if report.decompose else ""
+        return f"nothing changed: the model already {what}{decomposed}"
+    return "; ".join(parts)
+
+
+_VALUES = re.compile(r"original (\S+?),? replacement (\S+?)(?:\s|;|$)")
+
+
+def _short_number(text: str) -> str:
+    try:
+        return f"{float(text.rstrip(',;')):.3g}"
+    except ValueError:
+        return text
+
+
+def informational_warning(report: Report) -> str | None:
+    """One line summing up differences that were recorded but not judged (NaN inputs), or None."""
+    found: list[str] = []
+    count = 0
+    for r in report.rewrites:
+        nan = r.details.get("nan") if isinstance(r.details, Mapping) else None
+        if not isinstance(nan, str) or "recorded, not judged" not in nan:
+            continue
+        count += 1
+        if len(found) < 3:
+            m = _VALUES.search(nan)
+            values = f": original {_short_number(m.group(1))}, replacement {_short_number(m.group(2))}" if m else ""
+            found.append(f"{r.node} ({r.op_type}{values})")
+    if not count:
+        return None
+    more = f" and {count - len(found)} more" if count > len(found) else ""
+    return (f"{count} rewrite{'s' if count != 1 else ''} compute differently from the original on NaN inputs "
+            f"(recorded, not judged: ONNX leaves NaN handling open for these ops): {', '.join(found)}{more}; "
+            "see details.nan in the report")
+
+
+def _without_model_advice(reason: str) -> str:
+    """A reason without its advice to run --verify-model (given after that check passed)."""
+    clauses = [c for c in reason.split("; ") if "--verify-model" not in c]
+    return "; ".join(clauses) or reason
+
+
+def print_convert_summary(report: Report, level: int) -> None:
+    """What changed, the table of rules, unverified reasons, whole-model checks and warnings (stderr)."""
+    if level < 0:
+        return
+    summary = report.summary()
+    _echo(describe_changes(report))
+    if summary["by_rule"]:
+        width = max(len("rule"), *(len(rule) for rule in summary["by_rule"])) + 2
+        _echo(f"{'rule':<{width}}{'rewrites':>9}{'verified':>10}{'unverified':>12}")
+        for rule, counts in summary["by_rule"].items():
+            total = sum(counts.values())
+            _echo(f"{rule:<{width}}{total:>9}{counts.get('verified', 0):>10}{counts.get('unverified', 0):>12}")
+    model_passed = (report.model_check or {}).get("status") == "equal"
+    unverified = sorted(summary.get("unverified_reasons", {}).items(), key=lambda kv: -kv[1])
+    for reason, count in unverified[:3]:
+        text = _without_model_advice(reason) + "; the whole-model check covers them" if model_passed else reason
+        _echo(f"unverified by per-rewrite checks ({count}): {text}")
+    if unverified and not report.model_checks:
+        _echo("to check what per-rewrite checks could not, run the whole models: use --verify-model")
+    if report.optimization:
+        opt = report.optimization
+        _echo(f"optimized: {opt.get('nodes_before')} -> {opt.get('nodes_after')} nodes ({opt.get('tool')})")
+    for name, check in report.model_checks.items():
+        _echo(f"{name}: {check['status']}: {check['reason']}")
+        if level >= 1 and check.get("outputs"):
+            models = check.get("models") or ["A", "B"]
+            for line in model_check_table(check["outputs"], (str(models[0]), str(models[1]))):
+                _echo(line)
+    warning = informational_warning(report)
+    if warning:
+        _echo(f"lowerer: warning: {warning}")
+
+
+def _fmt(x: Any) -> str:
+    if isinstance(x, str):
+        return x
+    if x is None:
+        return "-"
+    if isinstance(x, float):
+        return "0" if x == 0 else f"{x:.3g}"
+    return str(x)
+
+
+def model_check_table(outputs: Sequence[Mapping[str, Any]], names: tuple[str, str]) -> list[str]:
+    """Rows of per-output statistics: max abs/rel difference, max ulp, mismatches, the worst value pair."""
+    header = ["output", "type", "max abs", "max rel", "max ulp", "mismatches", f"worst (index: {names[0]} vs "
+              f"{names[1]}, input set)"]
+    rows = [header]
+    for o in outputs:
+        share = f"{o['mismatches']}/{o['count']}"
+        if o["mismatches"]:
+            share += f" ({100 * o['mismatch_share']:.3g}%)"
+        worst = o.get("worst")
+        if o.get("what"):
+            where = o["what"]
+        elif worst and o["max_abs"] == 0:
+            where = "- (all equal)"
+        elif worst:
+            a, b = worst["values"]
+            where = f"{worst['index']}: {a!r} vs {b!r} ({worst['input_set']})"
+        else:
+            where = "-"
+        rows.append([o["name"], o["dtype"], _fmt(o["max_abs"]), _fmt(o["max_rel"]),
+                     _fmt(o["max_ulp"]) if not o["discrete"] else "exact", share, where])
+    widths = [max(len(r[i]) for r in rows) for i in range(len(header) - 1)]
+    return ["  ".join(c.ljust(w) for c, w in zip(r[:-1], widths, strict=True)) + "  " + r[-1] for r in rows]
+
+
+class TerminalProgress:
+    """Draws :class:`~lowerer.progress.Progress` on one line of stderr; silent unless stderr is a terminal.
+
+    Nothing is drawn during the first ``delay`` seconds (short runs stay quiet), then at most
+    every ``interval`` seconds, and a phase's last update always.
+    """
+
+    def __init__(self, delay: float = 1.0, interval: float = 0.1, enabled: bool | None = None) -> None:
+        self.enabled = sys.stderr.isatty() if enabled is None else enabled
+        self._clock = time.monotonic
+        self._start = self._clock()
+        self._delay = delay
+        self._interval = interval
+        self._last = 0.0
+        self._shown = False
+
+    def __call__(self, progress: Progress) -> None:
+        """Show ``progress`` (when enabled, past the delay, and not too often)."""
+        if not self.enabled:
+            return
+        now = self._clock()
+        if now - self._start < self._delay:
+            return
+        if now - self._last < self._interval and not progress.finished:
+            return
+        self._last = now
+        self._shown = True
+        click.echo(f"\r\033[K{progress.describe()}", err=True, nl=False)
+
+    def close(self) -> None:
+        """Clear the line if anything was shown."""
+        if self._shown:
+            click.echo("\r\033[K", err=True, nl=False)
+            self._shown = False

@@ -1,0 +1,92 @@
+"""``--optimize``: fold the constant shape arithmetic rewrites leave behind, with onnxscript's optimizer, checked.
+
+Rewrites emit small shape computations (``Shape`` → ``Gather`` → ``Concat`` → ``Reshape``, ``Size`` →
+``Equal`` → ``If`` guards ...) that are constant once the model's shapes are static.
+``onnxscript.optimizer`` (the field's tool, used by ``torch.onnx``) folds them and removes dead
+nodes; model-local functions are kept (not inlined). The optimized model is then run against
+the converted one on the same inputs (a whole-model comparison): an optimizer that changed what
+the model computes fails the conversion instead of passing unnoticed.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import onnx
+
+from lowerer.errors import ConversionError, InputError
+from lowerer.progress import ProgressCallback, notify
+from lowerer.report import Report
+
+if TYPE_CHECKING:
+    from lowerer.verification.whole import ModelCheckOptions
+
+__all__ = ["count_nodes", "optimize_model"]
+
+logger = logging.getLogger(__name__)
+
+
+def count_nodes(model: onnx.ModelProto) -> int:
+    """Nodes in the main graph, its subgraphs and the model-local functions."""
+
+    def in_nodes(nodes: Sequence[onnx.NodeProto]) -> int:
+        total = 0
+        for node in nodes:
+            total += 1
+            for attr in node.attribute:
+                if attr.type == onnx.AttributeProto.GRAPH:
+                    total += in_nodes(attr.g.node)
+                for g in attr.graphs:
+                    total += in_nodes(g.node)
+        return total
+
+    return in_nodes(model.graph.node) + sum(in_nodes(f.node) for f in model.functions)
+
+
+def optimize_model(model: onnx.ModelProto, source_dir: Path | None, *, report: Report,
+                   options: ModelCheckOptions | None, providers: Sequence[str] | None, seed: int,
+                   progress: ProgressCallback | None = None) -> onnx.ModelProto:
+    """The model after ``onnxscript.optimizer.optimize_ir`` (functions kept), checked against ``model``.
+
+    External data is read (for small constants only) from ``source_dir``, never the working
+    directory. ``report.optimization`` records the node counts and the check.
+
+    Raises:
+        InputError: onnxscript is not installed.
+        ConversionError: the optimizer failed.
+        VerificationError: the optimized model computes something else, or the check could not
+            run (unless ``options.allow_unverified``).
+    """
+    try:
+        import onnx_ir as ir
+        import onnxscript
+        import onnxscript.optimizer
+    except ImportError:
+        raise InputError("--optimize needs onnxscript (and onnx-ir): pip install 'lowerer[optimize]'") from None
+    notify(progress, "optimize", 0, 1, "passes")
+    before = count_nodes(model)
+    try:
+        ir_model = ir.serde.deserialize_model(model)
+        if source_dir is not None:
+            ir.external_data.set_base_dir(ir_model.graph, source_dir)
+        onnxscript.optimizer.optimize_ir(ir_model, inline=False)
+        optimized = ir.serde.serialize_model(ir_model)
+    except Exception as e:
+        raise ConversionError(f"onnxscript's optimizer failed on the converted model: {type(e).__name__}: "
+                              f"{' '.join(str(e).split())}; convert without --optimize") from None
+    after = count_nodes(optimized)
+    notify(progress, "optimize", 1, 1, "passes")
+    version = getattr(onnxscript, "__version__", "?")
+    report.optimization = {"tool": f"onnxscript.optimizer.optimize_ir, onnxscript {version}",
+                           "functions": "kept (inline=False)", "nodes_before": before, "nodes_after": after}
+    logger.info("optimize: %d nodes -> %d", before, after)
+    from lowerer.verification.whole import ModelSource, verify_models
+
+    check = verify_models(ModelSource(model, source_dir, "converted"), ModelSource(optimized, source_dir, "optimized"),
+                          options=options, providers=providers, seed=seed, report=report,
+                          what="optimization check", progress=progress)
+    report.optimization["check"] = check.status
+    return optimized
