@@ -171,7 +171,7 @@ def normalize_reason(message: str, model: onnx.ModelProto) -> str:
     """
     text = message.strip().splitlines()[0] if message.strip() else ""
     text = re.sub(r"^node .*? cannot be converted to opset \d+:\s*", "", text)
-    text = re.sub(r"\S+\.(?:h|cc|cpp|c|py):\d+:\s*", "", text)
+    text = re.sub(r"[^\s(]+\.(?:h|cc|cpp|c|py):\d+:\s*", "", text)
     text = re.sub(r"Assertion `.*?` failed:\s*", "", text)
     names = {n.name for n in _graph_ops(model.graph) if n.name}
     for name in sorted(names, key=len, reverse=True):
