@@ -21,8 +21,8 @@ Usage::
     python benchmarks/node_cases.py --verify --jobs 2 --json out.json
 
 Runtime (onnx 1.23.2, onnxruntime 1.32.0, lowerer at main f953bf1), all cases, default targets,
-``--no-verify``, 2 jobs on the 2-core dev machine: 372 s wall while other work shared the machine,
-312 s of CPU in all (about 3 minutes on an idle machine); 10-12 s of it is collecting the cases.
+``--no-verify``, 2 jobs on the 2-core dev machine: 215 s wall (239 s of CPU), 372 s while other
+work loaded the machine heavily; 10-13 s of it is collecting the cases.
 Nearly all of the rest is lowerer converting (13,670 conversions, most refusals the costliest).
 """
 
