@@ -25,7 +25,7 @@ from lowerer.scopes import Scope, iter_scopes, subgraphs_of
 from lowerer.steps.engine import Conversion, StepEngine
 from lowerer.validation import NodeGate
 
-__all__ = ["Verifier", "normalize_decompose", "refuse_attribute_references", "run_pipeline"]
+__all__ = ["Verifier", "expansions", "normalize_decompose", "refuse_attribute_references", "run_pipeline"]
 
 logger = logging.getLogger(__name__)
 
@@ -39,7 +39,14 @@ _FED_AS_IS_MAX = 1 << 16
 
 
 def normalize_decompose(decompose: Iterable[str] | str | None) -> frozenset[str]:
-    """Validate decomposition names (``all`` means every one); raises InputError listing valid names."""
+    """Validate decomposition names; raises InputError listing valid names.
+
+    A name is one of lowerer's own exact decompositions (``hardmax``, ``globalmaxpool``), ``all``
+    (every one of those), or any op with a function body in onnx's schemas (``layernormalization``,
+    ``gelu``, ``hardswish`` ...), case-insensitive: that op is expanded into its body.
+    """
+    from lowerer.rules.expansion import expandable_ops
+
     if decompose is None:
         return frozenset()
     if isinstance(decompose, str):
@@ -59,12 +66,22 @@ def normalize_decompose(decompose: Iterable[str] | str | None) -> frozenset[str]
                 continue
             if part == "all":
                 names.update(DECOMPOSITIONS)
-            elif part in DECOMPOSITIONS:
+            elif part in DECOMPOSITIONS or part in expandable_ops():
                 names.add(part)
             else:
                 valid = ", ".join([*sorted(DECOMPOSITIONS), "all"])
-                raise InputError(f"unknown decomposition {part!r}; valid names: {valid}")
+                raise InputError(f"unknown decomposition {part!r}; valid names: {valid}, or any op with a function "
+                                 "body in onnx's schemas (e.g. layernormalization, gelu, hardswish; see "
+                                 "'lowerer inspect --help')")
     return frozenset(names)
+
+
+def expansions(names: frozenset[str]) -> frozenset[str]:
+    """The op names (schema spelling) among decomposition ``names`` that are function-body expansions."""
+    from lowerer.rules.expansion import expandable_ops
+
+    ops = expandable_ops()
+    return frozenset(ops[n] for n in names if n not in DECOMPOSITIONS and n in ops)
 
 
 class _Run:
@@ -81,7 +98,8 @@ class _Run:
         self.shapes.snapshot()
         self.constants = ConstantIndex(model, lambda scope, name: _static_dims(self.shapes, scope, name))
         self._used: set[str] | None = None
-        self.engine = StepEngine(self.names, self.shapes, self.constants, decompose, self.used)
+        own = frozenset(n for n in decompose if n in DECOMPOSITIONS)
+        self.engine = StepEngine(self.names, self.shapes, self.constants, own, self.used, expansions(decompose))
         self._gates: dict[int, NodeGate] = {}
         self.report = Report(target_opset=target, decompose=tuple(sorted(decompose)))
 

@@ -23,6 +23,7 @@ from lowerer.facts import Facts
 from lowerer.naming import NameGenerator
 from lowerer.opsets import since_version
 from lowerer.rules.base import Emitter
+from lowerer.rules.expansion import EXPANSION_RULE, expand, has_body
 from lowerer.scopes import Scope
 from lowerer.shapes import ShapeIndex
 from lowerer.steps import generic
@@ -61,6 +62,8 @@ class Conversion:
     #: The version and name of the node being converted (messages name the user's node by them).
     first_version: int | None = None
     first_name: str = ""
+    #: Whether a function body was expanded (its arithmetic may round differently: judged by a budget).
+    expanded: bool = False
 
 
 @functools.lru_cache(maxsize=1024)
@@ -108,11 +111,14 @@ class StepEngine:
     """
 
     def __init__(self, names: NameGenerator, shapes: ShapeIndex, constants: ConstantIndex,
-                 decompose: frozenset[str] = frozenset(), used: Callable[[str], bool] = lambda name: True) -> None:
+                 decompose: frozenset[str] = frozenset(), used: Callable[[str], bool] = lambda name: True,
+                 expand: frozenset[str] = frozenset()) -> None:
         self.names = names
         self.shapes = shapes
         self.constants = constants
         self.decompose = decompose
+        #: Ops the caller asked to expand into their function bodies (by op name).
+        self.expand = expand
         self._used = used
         self._untouched: dict[tuple[str, int, int], bool] = {}
         self._wants: dict[tuple[str, int, int], bool] = {}
@@ -144,7 +150,7 @@ class StepEngine:
         return not wants
 
     def _decide_untouched(self, op: str, source: int, target: int) -> bool:
-        if span_rule(op) is not None or self._decomposition(op) is not None:
+        if span_rule(op) is not None or self._decomposition(op) is not None or op in self.expand:
             return False
         sv, tv = since_version(op, source), since_version(op, target)
         if sv is None or tv is None:
@@ -221,6 +227,8 @@ class StepEngine:
         decomposition = self._decomposition(op)
         if decomposition is not None:
             return self._apply_rule(decomposition, node, scope, sv, target, facts, conversion)
+        if op in self.expand:
+            return self._expand(node, scope, sv, target, facts, conversion, "asked for")
         rule = span_rule(op)
         if rule is not None:
             key = (op, sv, target)
@@ -234,6 +242,8 @@ class StepEngine:
         if tv == sv:
             return None
         if tv is None:
+            if has_body(op, sv):
+                return self._expand(node, scope, sv, target, facts, conversion, f"no {op} at opset {target}")
             raise self._missing(node, scope, sv, target)
         direction = DOWN if tv < sv else UP
         step = _next_step(op, sv, direction)
@@ -250,12 +260,20 @@ class StepEngine:
         elif node.name == conversion.first_name:
             em.shown_version = conversion.first_version
         adapter = adapter_for(op, step.version, direction)
-        if adapter is not None:
-            adapter(em, step, direction)
-            how = adapter_name(op, step.version, direction)
-        else:
-            generic.cross(em, step, direction)
-            how = "generic"
+        try:
+            if adapter is not None:
+                adapter(em, step, direction)
+                how = adapter_name(op, step.version, direction)
+            else:
+                generic.cross(em, step, direction)
+                how = "generic"
+        except ConversionError as refused:
+            # A step with no exact crossing: the op's function body (the spec's own definition) may still
+            # take the node there, e.g. GroupNormalization-21 below 21.
+            if direction == DOWN and has_body(op, sv) and node.name == conversion.first_name:
+                return self._expand(node, scope, sv, target, facts, conversion,
+                                    f"the step {step.describe()} has no exact crossing ({refused})")
+            raise
         conversion.constants.extend(em.constants)
         conversion.how.append(f"{op} {step.previous if direction == UP else step.version} → "
                               f"{step.version if direction == UP else step.previous}: {how}")
@@ -282,6 +300,26 @@ class StepEngine:
                     converted.extend([inner] if further is None else further)
                 del graph.node[:]
                 graph.node.extend(converted)
+
+    def _expand(self, node: onnx.NodeProto, scope: Scope, sv: int, target: int, facts: Facts,
+                conversion: Conversion, why: str) -> list[onnx.NodeProto]:
+        """``node`` replaced by its function body, whose nodes then go on to ``target``."""
+        from lowerer.pipeline import refuse_attribute_references
+
+        refuse_attribute_references(node, scope, f"{node.op_type}-{sv}", target)
+        em = Emitter(node, scope, sv, target, self.names, facts, self.decompose)
+        em.target = target
+        opset = expand(em)
+        conversion.constants.extend(em.constants)
+        conversion.how.append(f"{node.op_type}-{sv} → its function body at opset {opset} ({why}): "
+                              f"rule {EXPANSION_RULE}")
+        conversion.expanded = True
+        out: list[onnx.NodeProto] = []
+        for made in em.nodes:
+            self._subgraphs_to(made, scope, opset, target, facts, conversion)
+            further = self._to(made, scope, opset, target, facts, conversion)
+            out.extend([made] if further is None else further)
+        return out
 
     def _apply_rule(self, rule: object, node: onnx.NodeProto, scope: Scope, sv: int, target: int, facts: Facts,
                     conversion: Conversion) -> list[onnx.NodeProto]:

@@ -1,0 +1,220 @@
+"""Expanding a node into its op's ONNX function body (LayerNormalization, Gelu, HardSwish, ...).
+
+The ONNX specification defines many ops *by* a function body in their schema: a static one
+(``HardSwish`` = ``HardSigmoid`` + ``Mul``), or one built for the node's attributes and input
+types (``LayerNormalization``, ``Gelu``). lowerer expands a node into that body when the target
+opset has no version of the op, or when the user names the op in ``decompose``. The body is
+instantiated with the node's attributes (schema defaults filled in, attribute references
+resolved), its values get fresh names, nodes whose outputs nothing reads are dropped (an unused
+optional output's computation), and it is returned at the body's own opset; the engine then takes
+each of its nodes to the target like any other node.
+
+An expansion computes what the op means, but in the body's order of operations, which may round
+differently from a fused kernel: verification judges it against an explicit ulp budget
+(:mod:`lowerer.verification.budget`), never exactly-or-nothing.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Iterable
+
+import onnx
+import onnx.defs
+from onnx import helper
+
+from lowerer.rules.base import Emitter
+
+__all__ = ["EXPANSION_RULE", "body_opsets", "expand", "expandable_ops", "has_body"]
+
+#: The rule name expansions are reported under.
+EXPANSION_RULE = "function-expansion"
+
+
+def body_opsets(op: str, version: int) -> tuple[int, ...]:
+    """The opsets at which ``op``-``version``'s schema defines a function body (static or context-dependent)."""
+    try:
+        schema = onnx.defs.get_schema(op, version)
+    except onnx.defs.SchemaError:
+        return ()
+    found = set(schema.function_opset_versions) | set(schema.context_dependent_function_opset_versions)
+    if schema.has_function and not found:
+        found.add(schema.since_version)
+    return tuple(sorted(found))
+
+
+def has_body(op: str, version: int) -> bool:
+    """Whether ``op``-``version`` can be expanded into a function body."""
+    return bool(body_opsets(op, version))
+
+
+@functools.lru_cache(maxsize=1)
+def expandable_ops() -> dict[str, str]:
+    """Every default-domain op whose newest schema has a function body, by lower-case name."""
+    out: dict[str, str] = {}
+    for schema in onnx.defs.get_all_schemas():
+        if schema.domain in ("", "ai.onnx") and has_body(schema.name, schema.since_version):
+            out[schema.name.lower()] = schema.name
+    return out
+
+
+def _body(em: Emitter, schema: onnx.defs.OpSchema, opset: int) -> onnx.FunctionProto:
+    """The schema's function body at ``opset`` for ``em.node`` (context-dependent ones need input types)."""
+    node = em.node
+    raw: bytes | onnx.FunctionProto
+    if opset in schema.context_dependent_function_opset_versions:
+        types = []
+        for name in node.input:
+            if not name:
+                types.append(onnx.TypeProto().SerializeToString())
+                continue
+            vt = em.facts.type_of(name, lambda vt: vt[0] != 0)
+            if vt is None or vt[0] == 0:
+                em.refuse(f"its function body is built from the input types, and the type of {name!r} is unknown "
+                          "(add type information)")
+            types.append(helper.make_tensor_type_proto(vt[0], None if vt[1] is None else list(vt[1]))
+                         .SerializeToString())
+        raw = schema.get_context_dependent_function_with_opset_version(opset, node.SerializeToString(), types)
+    else:
+        raw = schema.get_function_with_opset_version(opset)
+    body = onnx.FunctionProto()
+    if isinstance(raw, bytes):
+        body.ParseFromString(raw)
+    else:
+        body.CopyFrom(raw)
+    return body
+
+
+def _attribute_values(node: onnx.NodeProto, schema: onnx.defs.OpSchema) -> dict[str, onnx.AttributeProto]:
+    """The node's attributes with the schema's defaults for those it leaves out."""
+    values = {a.name: a for a in node.attribute}
+    for name, spec in schema.attributes.items():
+        if name not in values and spec.default_value is not None and spec.default_value.type:
+            default = onnx.AttributeProto()
+            default.CopyFrom(spec.default_value)
+            default.name = name
+            values[name] = default
+    return values
+
+
+def _resolve_references(nodes: Iterable[onnx.NodeProto], values: dict[str, onnx.AttributeProto]) -> None:
+    """Replace each ``ref_attr_name`` attribute by the value it refers to (dropped when there is none)."""
+    for node in nodes:
+        kept = []
+        for a in node.attribute:
+            if a.ref_attr_name:
+                source = values.get(a.ref_attr_name)
+                if source is None:
+                    continue
+                resolved = onnx.AttributeProto()
+                resolved.CopyFrom(source)
+                resolved.name = a.name
+                kept.append(resolved)
+                continue
+            if a.type == onnx.AttributeProto.GRAPH:
+                _resolve_references(a.g.node, values)
+            elif a.type == onnx.AttributeProto.GRAPHS:
+                for g in a.graphs:
+                    _resolve_references(g.node, values)
+            kept.append(a)
+        del node.attribute[:]
+        node.attribute.extend(kept)
+
+
+def _rename(nodes: list[onnx.NodeProto], mapping: dict[str, str], em: Emitter) -> None:
+    """Give every value the body defines a fresh name (inputs and outputs map to the node's own)."""
+
+    def name_of(n: str) -> str:
+        if not n:
+            return n
+        if n not in mapping:
+            mapping[n] = em.fresh(f"{em.node.output[0] if em.node.output else 'x'}_{n}")
+        return mapping[n]
+
+    def graph(g: onnx.GraphProto) -> None:
+        for v in (*g.input, *g.output, *g.value_info):
+            v.name = name_of(v.name)
+        for t in g.initializer:
+            t.name = name_of(t.name)
+        walk(g.node)
+
+    def walk(ns: Iterable[onnx.NodeProto]) -> None:
+        for n in ns:
+            for i, name in enumerate(n.input):
+                n.input[i] = name_of(name)
+            for i, name in enumerate(n.output):
+                n.output[i] = name_of(name)
+            n.name = em.fresh(f"{em.node.name or em.node.op_type}/{n.op_type}")
+            for a in n.attribute:
+                if a.type == onnx.AttributeProto.GRAPH:
+                    graph(a.g)
+                elif a.type == onnx.AttributeProto.GRAPHS:
+                    for g in a.graphs:
+                        graph(g)
+
+    walk(nodes)
+
+
+def _reads(node: onnx.NodeProto) -> set[str]:
+    """The values ``node`` reads, its subgraphs' reads of outer values included."""
+    found = set(node.input)
+    for a in node.attribute:
+        for g in ([a.g] if a.type == onnx.AttributeProto.GRAPH else list(a.graphs)):
+            for inner in g.node:
+                found |= _reads(inner)
+    return found
+
+
+def _live(nodes: list[onnx.NodeProto], wanted: set[str]) -> list[onnx.NodeProto]:
+    """``nodes`` without those whose outputs nothing reads (the computation of unused optional outputs)."""
+    needed = set(wanted)
+    kept: list[onnx.NodeProto] = []
+    for node in reversed(nodes):
+        if any(o and o in needed for o in node.output):
+            kept.append(node)
+            needed |= _reads(node)
+    return kept[::-1]
+
+
+def expand(em: Emitter) -> int:
+    """Emit ``em.node``'s function body into ``em`` and return the opset its nodes are valid at.
+
+    The body chosen is the one at the lowest opset the schema offers (fewest steps to take down).
+    """
+    node = em.node
+    schema = onnx.defs.get_schema(node.op_type, em.source_version)
+    opsets = body_opsets(node.op_type, em.source_version)
+    if not opsets:
+        em.refuse(f"{node.op_type} has no function body in onnx's schema to expand it into")
+    opset = opsets[0]
+    body = _body(em, schema, opset)
+    formal_in, formal_out = list(body.input), list(body.output)
+    if len(node.input) > len(formal_in) or len(node.output) > len(formal_out):
+        em.refuse("it has more inputs or outputs than its function body")
+    mapping: dict[str, str] = {}
+    present = list(node.input) + [""] * (len(formal_in) - len(node.input))
+    nodes = list(body.node)
+    reads = set().union(*(_reads(n) for n in nodes)) if nodes else set()
+    for formal, actual in zip(formal_in, present, strict=True):
+        if not actual and formal in reads and opset not in schema.context_dependent_function_opset_versions:
+            em.refuse(f"its optional input {formal!r} is absent and the function body reads it")
+        mapping[formal] = actual
+    outputs = list(node.output) + [""] * (len(formal_out) - len(node.output))
+    wanted = set()
+    for formal, actual in zip(formal_out, outputs, strict=True):
+        if actual:
+            mapping[formal] = actual
+            wanted.add(actual)
+    copies = []
+    for n in nodes:
+        c = onnx.NodeProto()
+        c.CopyFrom(n)
+        copies.append(c)
+    _resolve_references(copies, _attribute_values(node, schema))
+    _rename(copies, mapping, em)
+    for c in _live(copies, wanted):
+        if node.metadata_props:
+            c.metadata_props.extend(node.metadata_props)
+        em.nodes.append(c)
+        em.facts.add_node(c, opset)
+    return opset
