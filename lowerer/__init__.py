@@ -13,6 +13,14 @@ Errors are :class:`LowererError` (a ``ValueError``): :class:`InputError`,
 
 from __future__ import annotations
 
+import sys as _sys
+
+if _sys.argv[:1] == ["-m"]:  # ``python -m lowerer``: handle interrupts from the very start (see interrupts)
+    from lowerer import interrupts as _interrupts
+
+    if _interrupts.started_as_module():
+        _interrupts.install()
+
 from typing import TYPE_CHECKING, Any
 
 from lowerer._version import __version__

@@ -16,7 +16,7 @@ from typing import Any, NoReturn
 import click
 
 from lowerer._version import __version__
-from lowerer.errors import LowererError
+from lowerer.errors import LowererError, one_line
 
 __all__ = ["main"]
 
@@ -37,8 +37,33 @@ Exit codes: 0 success, 1 verification failed, 2 bad input or usage, 3 internal e
 
 
 def _fail(message: str, code: int) -> NoReturn:
-    click.echo(f"lowerer: error: {message}", err=True)
+    """Print ``lowerer: error: <message>`` as one line (control characters escaped) and exit with ``code``."""
+    import contextlib
+
+    with contextlib.suppress(OSError, ValueError):  # stderr closed: the exit code still tells
+        click.echo(f"lowerer: error: {one_line(message)}", err=True)
     sys.exit(code)
+
+
+class _Group(click.Group):
+    """The top-level group: usage errors too are one ``lowerer: error:`` line (exit 2), never a traceback."""
+
+    def main(self, args: Any = None, prog_name: str | None = None, complete_var: str | None = None,
+             standalone_mode: bool = True, **extra: Any) -> Any:
+        if not standalone_mode:
+            return super().main(args, prog_name, complete_var, standalone_mode, **extra)
+        try:
+            code = super().main(args, prog_name, complete_var, False, **extra)
+        except click.exceptions.Abort:  # KeyboardInterrupt without lowerer's signal handler (in-process use)
+            _fail("interrupted; nothing was written", 130)
+        except click.ClickException as e:
+            hint = f" (see '{e.ctx.command_path} --help')" if isinstance(e, click.UsageError) and e.ctx else ""
+            _fail(f"{e.format_message()}{hint}", e.exit_code)
+        except (SystemExit, KeyboardInterrupt):
+            raise
+        except Exception as e:  # a bug outside a command (option parsing ...)
+            _fail(f"internal error (a bug in lowerer, please report it): {type(e).__name__}: {e}", EXIT_INTERNAL)
+        sys.exit(code if isinstance(code, int) else 0)
 
 
 def _guard(fn: Callable[..., None]) -> Callable[..., None]:
@@ -74,7 +99,7 @@ def _providers_option(fn: Callable[..., Any]) -> Callable[..., Any]:
     fn = click.option("--providers", metavar="LIST", default=None,
                       help="Execution providers for verification, comma-separated: cuda, dml, cpu "
                            "(default: CUDA, then DirectML, then CPU, whichever onnxruntime offers).")(fn)
-    fn = click.option("--seed", type=int, default=0, show_default=True,
+    fn = click.option("--seed", type=click.IntRange(min=0), default=0, show_default=True,
                       help="Seed of the generated verification inputs.")(fn)
     return fn
 
@@ -83,7 +108,7 @@ def _split(value: str | None) -> list[str] | None:
     return None if value is None else [p.strip() for p in value.split(",") if p.strip()]
 
 
-@click.group(epilog=_EPILOG, context_settings={"help_option_names": ["-h", "--help"]})
+@click.group(cls=_Group, epilog=_EPILOG, context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(__version__, "--version", prog_name="lowerer")
 @click.option("-v", "--verbose", count=True, help="More logging (-v info, -vv debug).")
 @click.option("-q", "--quiet", is_flag=True, help="Only errors.")
@@ -124,32 +149,42 @@ def convert(input_path: Path, output_path: Path, target_opset: int | None, decom
     verification (exit 1); an existing OUT.onnx is then left untouched.
     """
     from lowerer.api import convert as convert_model
-    from lowerer.model_io import save_model
-    from lowerer.pipeline import normalize_decompose
+    from lowerer.errors import VerificationError
+    from lowerer.model_io import load_input, plan_outputs, write_outputs
+    from lowerer.options import decompose_names, provider_list
 
+    # Options, then the input, then every output path: all checked before any work.
     if target_opset is not None:
         from lowerer.opsets import check_target_opset
 
         check_target_opset(target_opset)
-    names = normalize_decompose(decompose)
+    names = decompose_names(decompose)
     if target_opset is None and not names:
         raise click.UsageError("nothing to do: give --target-opset and/or --decompose")
+    chosen = provider_list(_split(providers))
+    source = load_input(input_path)
+    plan = plan_outputs(output_path, locations=list(source.data_files), source_dir=source.directory,
+                        reads=[source.path], external_data=external_data, report=report_path)
     progress = _Progress()
     try:
-        result = convert_model(input_path, target_opset=target_opset, decompose=names, verify=verify,
-                               providers=_split(providers), seed=seed, verify_model=verify_model,
+        result = convert_model(source, target_opset=target_opset, decompose=names, verify=verify,
+                               providers=chosen, seed=seed, verify_model=verify_model,
                                progress=progress if progress.enabled else None)
+    except VerificationError as e:
+        if plan.report is not None and e.report is not None:  # the failing record, for the user to read
+            write_outputs(plan, None, _report_text(e.report))
+            e.args = (f"{e.args[0]}; the report is in {plan.report}",)
+        raise
     finally:
         progress.close()
-    # external data is found beside the path as given (like onnx.load), not beside a link's target
-    save_model(result.model, output_path, source_dir=input_path.parent.resolve(), external_data=external_data)
     report = result.report
-    if report_path is not None:
-        from lowerer.model_io import write_text_atomic
-
-        write_text_atomic(report_path, json.dumps(report.to_dict(), indent=2) + "\n")
+    write_outputs(plan, result.model, _report_text(report) if plan.report is not None else None)
     _print_summary(report)
-    click.echo(f"wrote {output_path}", err=True)
+    click.echo(f"wrote {one_line(str(output_path))}", err=True)
+
+
+def _report_text(report: Any) -> str:
+    return json.dumps(report.to_dict(), indent=2) + "\n"
 
 
 def _print_summary(report: Any) -> None:
