@@ -15,16 +15,20 @@ from __future__ import annotations
 
 import sys as _sys
 
-if _sys.argv[:1] == ["-m"]:  # ``python -m lowerer``: handle interrupts from the very start (see interrupts)
+_argv0 = (getattr(_sys, "argv", None) or [""])[0]
+if _argv0 == "-m" or "lowerer" in _argv0:  # maybe the ``lowerer`` command: hold signals from this line on
+    import _signal  # type: ignore[import-not-found]
+
+    _held: list[int] = []
+    _before = {s: _signal.signal(s, lambda n, f: _held.append(n)) for s in (_signal.SIGINT, _signal.SIGTERM)}
     from lowerer import interrupts as _interrupts
 
-    if _interrupts.started_as_module():
-        _interrupts.install()
+    _interrupts.take_over(_before, _held)
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any  # noqa: E402
 
-from lowerer._version import __version__
-from lowerer.errors import (
+from lowerer._version import __version__  # noqa: E402
+from lowerer.errors import (  # noqa: E402
     ConversionError,
     InputError,
     LowererError,
