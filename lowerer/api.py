@@ -110,6 +110,10 @@ def convert(
         elif _is_ir_model(model):
             proto = _from_ir(model)
             kind = "ir"
+            try:  # the bytes spare walks over every tensor and name (see run_pipeline)
+                serialized = proto.SerializeToString()
+            except Exception:  # over 2 GiB
+                serialized = None
         else:
             raise InputError(f"cannot convert a {type(model).__name__}: give an onnx.ModelProto, an "
                              "onnx_ir.Model or a path")

@@ -491,12 +491,16 @@ def write_outputs(plan: OutputPlan, model: onnx.ModelProto | None, report_text: 
 
 
 def _serialize(model: onnx.ModelProto) -> bytes:
-    size = model.ByteSize()
-    if size > PROTOBUF_LIMIT:
-        raise InputError(f"the model is {size / (1 << 30):.1f} GiB with its weights inline; protobuf cannot write a "
-                         "model over 2 GiB: store the weights in a data file (API: save_model(..., "
+    """The model's bytes; a model protobuf cannot write (over 2 GiB) is an InputError saying what to do."""
+    try:
+        payload = model.SerializeToString()
+    except Exception:  # protobuf's EncodeError (its ByteSize fails the same way)
+        payload = None
+    if payload is None or len(payload) > PROTOBUF_LIMIT:
+        raise InputError("the model is over 2 GiB with its weights inline; protobuf cannot write a model that "
+                         "large: store the weights in a data file (API: save_model(..., "
                          "external_data='weights.bin'); CLI: --external-data weights.bin)")
-    return model.SerializeToString()
+    return payload
 
 
 def _stage_bytes(tx: Transaction, path: Path, payload: bytes) -> None:
@@ -536,8 +540,8 @@ def save_model(
             reference is bad, or the model cannot be written (see :func:`write_outputs`).
     """
     try:
-        payload = model.SerializeToString() if external_data is None and model.ByteSize() <= PROTOBUF_LIMIT else None
-    except Exception:  # e.g. protobuf's EncodeError: found again, with a clear message, by write_outputs
+        payload = model.SerializeToString() if external_data is None else None
+    except Exception:  # over 2 GiB, protobuf's EncodeError: said clearly by write_outputs, before any write
         payload = None
     check_external_data(model, Path(source_dir).resolve() if source_dir is not None else None, source="the model",
                         serialized=payload)

@@ -9,9 +9,10 @@ Every model lowerer converts goes through :func:`check_structure`:
    every graph and function output is computed. For a model file onnx's checker does this (on
    the file when the model has external data, so that it finds the data files beside the
    model), and more; for a model in memory (an ``onnx.ModelProto`` or ``onnx_ir.Model``) lowerer
-   walks every graph, subgraph and function itself: onnx's checker also refuses things lowerer
-   converts on purpose (graph inputs without a shape, functions importing another opset than
-   the model), and it would look for external data relative to the working directory;
+   walks every graph, subgraph and function itself, unless onnx's checker passes it (the checker
+   also refuses things lowerer converts on purpose, such as graph inputs without a shape or
+   functions importing another opset than the model, and it would look for external data
+   relative to the working directory, so it is not run on such a model);
 3. what the checker does not check: every output of a model-local function is computed.
 """
 
@@ -39,7 +40,8 @@ def check_structure(model: onnx.ModelProto, *, source: str, serialized: bytes | 
     Args:
         model: the model (not modified).
         source: how to name the model in messages (its path, or ``the model``).
-        serialized: the model's bytes, when at hand (for onnx's checker).
+        serialized: the model's bytes, when at hand (for onnx's checker; without them a model in
+            memory is walked).
         path: the model's file, when it has external data (the checker then reads the file and
             finds the data files beside it).
         file: the model was read from a file: onnx's checker judges it (else lowerer's walk).
@@ -52,10 +54,26 @@ def check_structure(model: onnx.ModelProto, *, source: str, serialized: bytes | 
         _check_opset_imports(function.opset_import, source, f"function {function.domain}.{function.name}")
     if file and (path is not None or serialized is not None):
         _run_checker(str(path) if path is not None else serialized, source)  # type: ignore[arg-type]
-    else:
+    elif not _passes_checker(serialized):
         _Walk(model, source).run()
     for function in model.functions:
         _check_function_outputs(function, source)
+
+
+def _passes_checker(serialized: bytes | None) -> bool:
+    """Whether onnx's checker passes the bytes of a model in memory (then the walk finds nothing either).
+
+    The checker is C++ and twice as fast as the walk; it checks all the walk does, and more. It is
+    not run on a model with external data (it would look for the files relative to the working
+    directory). When it fails, the walk decides: it may have failed on what lowerer accepts.
+    """
+    if serialized is None or b"location" in serialized:
+        return False
+    try:
+        onnx.checker.check_model(serialized)
+    except Exception:
+        return False
+    return True
 
 
 def _run_checker(model: str | bytes, source: str) -> None:
@@ -141,43 +159,53 @@ class _Walk:
 
     def nodes(self, nodes: object, defined: set[str], outer: frozenset[str], opsets: dict[str, int],
               where: str) -> None:
+        arities: dict[tuple[str, str], tuple[int, int, tuple[int, ...]] | None] = {}
         for node in nodes:  # type: ignore[attr-defined]
-            label = f"node {node.name!r}" if node.name else f"a {node.op_type} node"
-            for name in node.input:
+            inputs = node.input
+            for name in inputs:
                 if name and name not in defined and name not in outer:
-                    raise InputError(f"{self.source}: {label} ({node.op_type}, in {where}) reads {name!r}, which "
-                                     "nothing defines before it")
-            self.required_inputs(node, label, opsets, where)
-            if node.op_type in _GRAPH_OPS or node.domain not in _DEFAULT:
+                    raise InputError(f"{self.source}: {_label(node)} ({node.op_type}, in {where}) reads {name!r}, "
+                                     "which nothing defines before it")
+            op_type, domain = node.op_type, node.domain
+            key = (op_type, domain)
+            if key not in arities:
+                d = "" if domain in _DEFAULT else domain
+                version = opsets.get(d)
+                arities[key] = _arity(op_type, version, d) if version is not None else None
+            arity = arities[key]
+            if arity is not None:
+                low, high, required = arity
+                n = len(inputs)
+                if n < low or n > high or any(i < n and not inputs[i] for i in required):
+                    self.refuse_arity(node, arity, opsets, where)
+            if op_type in _GRAPH_OPS or domain not in _DEFAULT:
                 for attr in node.attribute:
                     graphs = [attr.g] if attr.HasField("g") else []
                     graphs.extend(attr.graphs)
                     for g in graphs:
-                        self.graph(g, outer | defined, opsets, f"{where}/{node.name or node.op_type}.{attr.name}")
+                        self.graph(g, outer | defined, opsets, f"{where}/{node.name or op_type}.{attr.name}")
             for name in node.output:
                 if not name:
                     continue
                 if name in defined:
-                    raise InputError(f"{self.source}: {label} ({node.op_type}, in {where}) writes {name!r}, which "
+                    raise InputError(f"{self.source}: {_label(node)} ({op_type}, in {where}) writes {name!r}, which "
                                      "is already defined there; a value may be written once only")
                 defined.add(name)
 
-    def required_inputs(self, node: onnx.NodeProto, label: str, opsets: dict[str, int], where: str) -> None:
-        domain = "" if node.domain in _DEFAULT else node.domain
-        version = opsets.get(domain)
-        if version is None:
-            return
-        arity = _arity(node.op_type, version, domain)
-        if arity is None:
-            return
+    def refuse_arity(self, node: onnx.NodeProto, arity: tuple[int, int, tuple[int, ...]], opsets: dict[str, int],
+                     where: str) -> None:
         low, high, required = arity
+        version = opsets.get("" if node.domain in _DEFAULT else node.domain)
         n = len(node.input)
-        missing = [i for i in required if i < n and not node.input[i]]
-        if n < low or n > high or missing:
-            takes = f"at least {low}" if high >= 1 << 30 else f"{low}" if low == high else f"{low} to {high}"
-            raise InputError(f"{self.source}: {label} ({node.op_type}-{version}, in {where}) has {n} input(s)"
-                             f"{', a required one empty' if missing else ''}; {node.op_type}-{version} takes {takes}"
-                             f"{', the required ones named' if missing else ''}")
+        missing = any(i < n and not node.input[i] for i in required)
+        takes = f"at least {low}" if high >= 1 << 30 else f"{low}" if low == high else f"{low} to {high}"
+        raise InputError(f"{self.source}: {_label(node)} ({node.op_type}-{version}, in {where}) has {n} input(s)"
+                         f"{', a required one empty' if missing else ''}; {node.op_type}-{version} takes {takes}"
+                         f"{', the required ones named' if missing else ''}")
+
+
+def _label(node: onnx.NodeProto) -> str:
+    return f"node {node.name!r}" if node.name else f"a {node.op_type} node"
 
 
 def _opsets(imports: object) -> dict[str, int]:
