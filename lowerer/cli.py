@@ -57,6 +57,9 @@ class _Group(click.Group):
         except click.exceptions.Abort:  # KeyboardInterrupt without lowerer's signal handler (in-process use)
             _fail("interrupted; nothing was written", 130)
         except click.ClickException as e:
+            if type(e).__name__ == "NoArgsIsHelpError":  # bare ``lowerer``: the help, as click shows it
+                e.show()
+                sys.exit(e.exit_code)
             hint = f" (see '{e.ctx.command_path} --help')" if isinstance(e, click.UsageError) and e.ctx else ""
             _fail(f"{e.format_message()}{hint}", e.exit_code)
         except (SystemExit, KeyboardInterrupt):
@@ -164,7 +167,7 @@ def convert(input_path: Path, output_path: Path, target_opset: int | None, decom
     chosen = provider_list(_split(providers))
     source = load_input(input_path)
     plan = plan_outputs(output_path, locations=list(source.data_files), source_dir=source.directory,
-                        reads=[source.path], external_data=external_data, report=report_path)
+                        input_model=source.path, external_data=external_data, report=report_path)
     progress = _Progress()
     try:
         result = convert_model(source, target_opset=target_opset, decompose=names, verify=verify,

@@ -73,10 +73,6 @@ class InputModel:
     directory: Path
     data_files: dict[str, Path] = field(default_factory=dict)
 
-    def files(self) -> list[Path]:
-        """The model file and its data files: every file the conversion reads."""
-        return [self.path, *self.data_files.values()]
-
 
 def load_model(path: str | os.PathLike[str]) -> onnx.ModelProto:
     """Read an ONNX model without loading its external data.
@@ -341,7 +337,7 @@ class OutputPlan:
 
 
 def plan_outputs(output: str | os.PathLike[str], *, locations: Sequence[str] = (),
-                 source_dir: str | os.PathLike[str] | None = None, reads: Sequence[Path] = (),
+                 source_dir: str | os.PathLike[str] | None = None, input_model: Path | None = None,
                  external_data: str | None = None, report: str | os.PathLike[str] | None = None) -> OutputPlan:
     """Check every path a conversion will write, before any work, and say what will be written where.
 
@@ -350,7 +346,8 @@ def plan_outputs(output: str | os.PathLike[str], *, locations: Sequence[str] = (
         locations: the external-data locations of the model to be written.
         source_dir: where those data files are now (None: they are already where the output's
             references expect them).
-        reads: the files the conversion reads (the input model; its data files are added here).
+        input_model: the input model's file, when there is one (it may only be replaced by the
+            output model: converting in place).
         external_data: write every weight into this one file (relative to the output's folder).
         report: the report's path.
 
@@ -371,8 +368,7 @@ def plan_outputs(output: str | os.PathLike[str], *, locations: Sequence[str] = (
     if src_dir is not None:
         for location in locations:
             data_reads[src_dir / location] = location
-    read_files = [*reads, *data_reads]
-    input_model = reads[0] if reads else None
+    read_files = [*([input_model] if input_model is not None else []), *data_reads]
 
     def clash(path: Path, what: str) -> None:
         for f in read_files:

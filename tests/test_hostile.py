@@ -573,7 +573,7 @@ def test_11_a_model_over_the_protobuf_limit(tmp_path: Path, monkeypatch: pytest.
     big = numpy_helper.from_array(np.arange(1024, dtype=np.float32), "big")
     model.graph.initializer.append(big)
     converted = lowerer.convert(model, target_opset=13, verify=False).model
-    with pytest.raises(InputError, match="over 2 GiB with its weights inline.*store the weights in a data file"):
+    with pytest.raises(InputError, match=r"over 2 GiB with its weights inline.*store the weights in a data file"):
         model_io.save_model(converted, tmp_path / "o.onnx")
     assert list(tmp_path.iterdir()) == []
     model_io.save_model(converted, tmp_path / "o.onnx", external_data="o.bin")
