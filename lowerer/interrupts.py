@@ -1,16 +1,16 @@
 """The command line's answer to SIGINT, SIGTERM and SIGHUP: undo, one line, exit ``128 + signal``.
 
-:func:`install` is the first thing the ``lowerer`` command runs (before click, onnx or numpy are
-imported; under ``python -m lowerer`` and the console script already while the package is
-imported, see :func:`started_as_command`). On a signal the
-handler removes every temporary file, file and directory this run created and has not committed
-(:func:`lowerer.files.undo_all`), prints one line (``lowerer: error: interrupted by SIGINT;
-nothing was written``) and ends the process at once with status 130 (SIGINT), 143 (SIGTERM) or
-129 (SIGHUP): no traceback, whatever was running. While outputs are being renamed into place
-(:func:`lowerer.files.holding_signals`, microseconds) the signal waits until all of them are in
-place; the line then names them. Signals that were ignored when the process started (``nohup``)
-stay ignored. This module must be cheap to import (it runs before Python is ready to take a signal
-well): it uses the builtin ``_signal`` module, not ``signal``, whose enums take milliseconds to build.
+The handlers go in before anything heavy is imported: ``lowerer/__init__`` holds signals back from
+its first line when the process may be the ``lowerer`` command and hands over to :func:`take_over`
+(``python -m lowerer``, the console script; see :func:`started_as_command`); the entry point calls
+:func:`install` too. On a signal the handler removes every temporary file, file and directory this
+run created and has not committed (:func:`lowerer.files.undo_all`), prints one line
+(``lowerer: error: interrupted by SIGINT; nothing was written``) and ends the process at once with
+status 130 (SIGINT), 143 (SIGTERM) or 129 (SIGHUP): no traceback, whatever was running. While
+outputs are being renamed into place (:func:`lowerer.files.holding_signals`, microseconds) the
+signal waits until all of them are in place; the line then names them. Signals ignored when the
+process started (``nohup``, background jobs) stay ignored. This module must be cheap to import:
+it uses the builtin ``_signal`` module, not ``signal``, whose enums take milliseconds to build.
 """
 
 from __future__ import annotations
@@ -73,9 +73,11 @@ def take_over(before: dict[int, object], held: list[int]) -> None:
     if command:
         install()
     for signum in held:
+        if before.get(signum) is _signal.SIG_IGN:
+            continue  # ignored before lowerer's first line: stays ignored
         if command:
             _handle(signum, None)
-        elif before.get(signum) is not _signal.SIG_IGN:
+        else:
             _signal.raise_signal(signum)
 
 

@@ -424,16 +424,24 @@ def test_7_two_conversions_copy_into_one_folder_at_once(model_dir: Path, tmp_pat
 # -- 8 (the part that needs no signal): folders created for data files go when the run fails ---------------
 def test_8_created_folders_removed_after_a_failure(model_dir: Path, tmp_path: Path,
                                                    monkeypatch: pytest.MonkeyPatch) -> None:
-    def too_big(model: onnx.ModelProto) -> bytes:
-        raise InputError("the model is 2.1 GiB with its weights inline; protobuf cannot write a model over 2 GiB")
+    real = model_io._stage_bytes
+    staged: list[Path] = []
 
-    monkeypatch.setattr(model_io, "_serialize", too_big)  # fails after the data file was written
+    def disk_full(tx: Transaction, path: Path, payload: bytes) -> None:  # the model, after the data files
+        staged.append(path)
+        if path.suffix == ".onnx":
+            assert any(p.is_dir() for p in (tmp_path / "out").iterdir())  # the folders exist by now
+            raise InputError(f"{path}: cannot write it (No space left on device)")
+        real(tx, path, payload)
+
+    monkeypatch.setattr(model_io, "_stage_bytes", disk_full)
     convert_refused(tmp_path, [model_dir / "m.onnx", "-o", tmp_path / "out/o.onnx", "--target-opset", "13",
-                               "--external-data", "newdir/deeper/d.bin"], "2.1 GiB")
+                               "--external-data", "newdir/deeper/d.bin"], "No space left")
     d = tmp_path / "model2"
     d.mkdir()
     src = save_with_data(model_with_weights(), d, location="sub/deeper/w.bin")
-    convert_refused(tmp_path, [src, "-o", tmp_path / "out/o.onnx", "--target-opset", "13"], "2.1 GiB")
+    convert_refused(tmp_path, [src, "-o", tmp_path / "out/o.onnx", "--target-opset", "13"], "No space left")
+    assert len(staged) == 2
 
 
 # -- 9. messages: one line, control characters escaped -------------------------------------------------------

@@ -212,3 +212,17 @@ def test_real_process_signalled_after_delays(source: Path, tmp_path: Path, signa
             assert snapshot(out) == before
     print(signame, outcomes)
     assert outcomes.count("interrupted") >= 3, outcomes  # the work itself was interrupted, several times
+
+
+def test_library_use_keeps_its_own_handlers() -> None:
+    """Importing lowerer in another program (here pytest) installs no handler, and a held signal is raised again."""
+    from lowerer import interrupts
+
+    assert not interrupts.started_as_command()
+    before = signal.getsignal(signal.SIGINT)
+    assert before is signal.default_int_handler
+    interrupts.take_over({signal.SIGINT: before}, [])
+    assert signal.getsignal(signal.SIGINT) is before
+    with pytest.raises(KeyboardInterrupt):
+        interrupts.take_over({signal.SIGINT: before}, [signal.SIGINT])
+    assert signal.getsignal(signal.SIGINT) is before
