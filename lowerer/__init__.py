@@ -17,10 +17,22 @@ Errors are :class:`LowererError` (a ``ValueError``): :class:`InputError`,
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+import sys as _sys
 
-from lowerer._version import __version__
-from lowerer.errors import (
+_argv0 = (getattr(_sys, "argv", None) or [""])[0]
+if _argv0 == "-m" or "lowerer" in _argv0:  # maybe the ``lowerer`` command: hold signals from this line on
+    import _signal  # type: ignore[import-not-found]
+
+    _held: list[int] = []
+    _before = {s: _signal.signal(s, lambda n, f: _held.append(n)) for s in (_signal.SIGINT, _signal.SIGTERM)}
+    from lowerer import interrupts as _interrupts
+
+    _interrupts.take_over(_before, _held)
+
+from typing import TYPE_CHECKING, Any  # noqa: E402
+
+from lowerer._version import __version__  # noqa: E402
+from lowerer.errors import (  # noqa: E402
     ConversionError,
     InputError,
     LowererError,

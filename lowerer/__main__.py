@@ -1,5 +1,19 @@
-"""``python -m lowerer``: the command line."""
+"""``python -m lowerer`` and the ``lowerer`` command: signal handling first, then the command line.
 
-from lowerer.cli import main
+Nothing heavy is imported before :func:`lowerer.interrupts.install` has run, so an interrupt at
+any moment (even while onnx or onnxruntime are being imported) ends in one line and no traceback.
+"""
 
-main(prog_name="lowerer")
+from lowerer import interrupts
+
+
+def main() -> None:
+    """Run the ``lowerer`` command line (the console script's entry point)."""
+    interrupts.install()
+    from lowerer.cli import main as command
+
+    command(prog_name="lowerer")
+
+
+if __name__ == "__main__":
+    main()

@@ -4,16 +4,17 @@ from __future__ import annotations
 
 import logging
 import os
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Generic, Protocol, TypeVar, overload
 
 import onnx
 
-from lowerer.errors import InputError, LowererError
+from lowerer.errors import InputError, LowererError, VerificationError
+from lowerer.opsets import default_opset
 from lowerer.progress import ProgressCallback, notify
-from lowerer.report import Report
+from lowerer.report import Report, Rewrite
 
 if TYPE_CHECKING:
     import onnx_ir as ir
@@ -77,15 +78,19 @@ def convert(
 
     Args:
         model: an ``onnx.ModelProto`` (not modified), an ``onnx_ir.Model`` (not modified), anything
-            holding one in ``.model`` (a ``torch.onnx.ONNXProgram``; torch is not imported), or the
-            path of an .onnx file (external data stays unloaded; paths are checked).
+            holding one in ``.model`` (a ``torch.onnx.ONNXProgram``; torch is not imported), the
+            path of an .onnx file (external data stays unloaded; paths are checked), or a model
+            already read with :func:`lowerer.model_io.load_input` (whose ``model`` is then converted in
+            place). Each goes through the same checks
+            (:func:`lowerer.structure.check_structure`, :func:`lowerer.model_io.check_external_data`).
         target_opset: the default-domain opset to convert to; None keeps the model's.
         decompose: names of decompositions to apply (``hardmax``, ``globalmaxpool``, ``all``).
         verify: run each rewrite before and after in onnxruntime and compare exactly.
         providers: onnxruntime execution providers to verify on (``cuda``, ``dml``, ``cpu`` or full
-            names), a strict list: one not installed is an error; None picks CUDA, then DirectML,
-            then CPU, whichever is installed.
-        seed: seed of the generated verification inputs.
+            names; a list or a comma-separated string), a strict list: one not installed is an error,
+            checked even when ``verify`` is False; None picks CUDA, then DirectML, then CPU, whichever is
+            installed.
+        seed: seed of the generated verification inputs (an integer, 0 or more).
         verify_model: also run the whole original and converted models and compare their outputs:
             True with the defaults (exact, generated inputs), or a
             :class:`~lowerer.verification.whole.ModelCheckOptions` (tolerance, input shapes, value
@@ -102,8 +107,9 @@ def convert(
         for an object holding one).
 
     Raises:
-        LowererError: bad input (``InputError``), a conversion that cannot be done exactly
-            (``ConversionError``), or a failed check (``VerificationError``).
+        LowererError: bad input or a bad option, of any type (``InputError``), a conversion that
+            cannot be done exactly (``ConversionError``), or a failed check (``VerificationError``,
+            whose ``report`` holds the report up to the failure).
 
     Example::
 
@@ -113,53 +119,84 @@ def convert(
         for rewrite in result.report:
             print(rewrite.node, rewrite.op_type, rewrite.from_version, rewrite.to_opset)
     """
-    from lowerer.model_io import read_model
+    from lowerer.model_io import InputModel, check_external_data, load_input
+    from lowerer.options import check_flag, check_progress, decompose_names, provider_list, seed_value
     from lowerer.pipeline import run_pipeline
+    from lowerer.structure import check_structure
+
+    # The options first: a bad one is refused before the model is read.
+    if target_opset is not None:
+        from lowerer.opsets import check_target_opset
+
+        check_target_opset(target_opset)
+    names = decompose_names(decompose)
+    verify = check_flag(verify, "verify")
+    chosen = provider_list(providers)
+    seed = seed_value(seed)
+    progress = check_progress(progress)
+    options = _model_check_options(verify_model)
 
     kind = "proto"
     source_dir: Path | None = None
     # The bytes the working copy was parsed from: they spare the pipeline a name scan and let shape
     # inference start early without serializing (see run_pipeline).
     serialized: bytes | None = None
-    if isinstance(model, (str, os.PathLike)):
-        source_dir = Path(model).parent.resolve()  # where external data is found, as onnx.load does
-        proto, serialized = read_model(model)  # freshly parsed: no copy needed
+    if isinstance(model, (str, os.PathLike, InputModel)):
+        loaded = model if isinstance(model, InputModel) else load_input(model)
+        source_dir = loaded.directory  # where external data is found, as onnx.load does
+        proto, serialized = loaded.model, loaded.serialized  # converted in place: an InputModel is used up
         kind = "path"
-    elif isinstance(model, onnx.ModelProto):
-        proto = onnx.ModelProto()
-        try:  # the copy, by way of the bytes (as fast as CopyFrom)
-            serialized = model.SerializeToString()
-            proto.ParseFromString(serialized)
-        except Exception:  # e.g. over 2 GiB: protobuf cannot serialize it
-            serialized = None
-            proto.CopyFrom(model)
     else:
-        ir_model = _ir_model_of(model)
-        if ir_model is None:
-            raise InputError(f"cannot convert a {type(model).__name__}: give an onnx.ModelProto, an "
-                             "onnx_ir.Model (or an object holding one in .model, like torch.onnx.ONNXProgram) "
-                             "or a path")
-        proto = _from_ir(ir_model)
-        kind = "ir"
-    options = _model_check_options(verify_model)
+        if isinstance(model, onnx.ModelProto):
+            proto = onnx.ModelProto()
+            try:  # the copy, by way of the bytes (as fast as CopyFrom)
+                serialized = model.SerializeToString()
+                proto.ParseFromString(serialized)
+            except Exception:  # e.g. over 2 GiB: protobuf cannot serialize it
+                serialized = None
+                proto.CopyFrom(model)
+        else:
+            ir_model = _ir_model_of(model)
+            if ir_model is None:
+                raise InputError(f"cannot convert a {type(model).__name__}: give an onnx.ModelProto, an "
+                                 "onnx_ir.Model (or an object holding one in .model, like torch.onnx.ONNXProgram) "
+                                 "or a path")
+            proto = _from_ir(ir_model)
+            kind = "ir"
+            try:  # the bytes spare walks over every tensor and name (see run_pipeline)
+                serialized = proto.SerializeToString()
+            except Exception:  # over 2 GiB
+                serialized = None
+        if proto.ir_version <= 0 or not proto.HasField("graph"):
+            raise InputError("the model is not an ONNX model (no IR version or no graph)")
+        check_external_data(proto, None, source="the model", serialized=serialized)
+        check_structure(proto, source="the model", serialized=serialized)
     original = None
     if options is not None or serialized is None:
         original = onnx.ModelProto()
         original.CopyFrom(proto)
     verifier = None
+    seen: list[Rewrite] = []
     if verify:
         from lowerer.verification import make_verifier
 
         def on_verified(rewrites: int, checks: int) -> None:
             notify(progress, "verify", rewrites, None, "rewrites", f"{checks} distinct checks")
 
-        verifier = make_verifier(providers=providers, seed=seed, progress=on_verified if progress else None)
+        verifier = make_verifier(providers=chosen, seed=seed, progress=on_verified if progress else None)
     source_ir = proto.ir_version
     logger.info("converting: IR version %d, %d graph nodes, %d functions; target opset %s, decompose %s",
                 proto.ir_version, len(proto.graph.node), len(proto.functions), target_opset,
-                decompose if isinstance(decompose, str) else ", ".join(decompose) or "none")
-    report = run_pipeline(proto, target_opset=target_opset, decompose=decompose, verifier=verifier,
-                          serialized=serialized)
+                ", ".join(sorted(names)) or "none")
+    try:
+        report = run_pipeline(proto, target_opset=target_opset, decompose=names,
+                              verifier=_recording(verifier, seen) if verifier is not None else None,
+                              serialized=serialized)
+    except VerificationError as e:  # the report so far, the failing rewrite last, for the user to read
+        e.report = Report(rewrites=seen, source_opset=default_opset(proto.opset_import), target_opset=target_opset,
+                          decompose=tuple(sorted(names)), verification=verifier.summary() if verifier else None,
+                          notes=["verification failed: the conversion stopped at the last rewrite listed"])
+        raise
     if target_opset is not None or report.decompose:
         from lowerer.validation import check_loads, check_output
 
@@ -181,14 +218,18 @@ def convert(
     if original is not None:
         from lowerer.verification.whole import ModelSource, verify_models
 
-        verify_models(ModelSource(original, source_dir, "original"), ModelSource(proto, source_dir, "converted"),
-                      options=options, providers=providers, seed=seed, report=report, progress=progress)
+        try:
+            verify_models(ModelSource(original, source_dir, "original"), ModelSource(proto, source_dir, "converted"),
+                          options=options, providers=chosen, seed=seed, report=report, progress=progress)
+        except VerificationError as e:
+            e.report = report
+            raise
         del original
     if optimize is not False and optimize is not None:
         from lowerer.optimize import optimize_model
 
         optimize_options = options if optimize is True else _model_check_options(optimize, "optimize")
-        proto = optimize_model(proto, source_dir, report=report, options=optimize_options, providers=providers,
+        proto = optimize_model(proto, source_dir, report=report, options=optimize_options, providers=chosen,
                                seed=seed, progress=progress)
     if kind == "ir":
         return ConvertResult(_to_ir(proto), report)
@@ -223,6 +264,16 @@ def _refuse_unloadable(converted: onnx.ModelProto, why: str, source: onnx.ModelP
             return
     raise ConversionError(f"onnxruntime does not open the converted model ({why}), though it opens the input; "
                           "the conversion is refused (a gap in lowerer, please report it)")
+
+
+def _recording(verifier: Callable[[Rewrite], None], seen: list[Rewrite]) -> Callable[[Rewrite], None]:
+    """``verifier``, also keeping each rewrite it is given (for the report of a failed verification)."""
+
+    def verify(rewrite: Rewrite) -> None:
+        seen.append(rewrite)
+        verifier(rewrite)
+
+    return verify
 
 
 def _model_check_options(value: object, name: str = "verify_model") -> ModelCheckOptions | None:

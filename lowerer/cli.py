@@ -25,7 +25,7 @@ from lowerer.cli_options import (
     verbosity_options,
 )
 from lowerer.cli_output import TerminalProgress, model_check_table, print_convert_summary
-from lowerer.errors import LowererError
+from lowerer.errors import LowererError, one_line
 from lowerer.progress import Progress
 
 __all__ = ["main"]
@@ -51,7 +51,11 @@ Exit codes: 0 success, 1 verification failed (or a check asked for could not run
 
 
 def _fail(message: str, code: int) -> NoReturn:
-    click.echo(f"lowerer: error: {message}", err=True)
+    """Print ``lowerer: error: <message>`` as one line (control characters escaped) and exit with ``code``."""
+    import contextlib
+
+    with contextlib.suppress(OSError, ValueError):  # stderr closed: the exit code still tells
+        click.echo(f"lowerer: error: {one_line(message)}", err=True)
     sys.exit(code)
 
 
@@ -104,7 +108,7 @@ def _providers_option(fn: Callable[..., Any]) -> Callable[..., Any]:
                       help="Execution providers to verify on, comma-separated, in priority order: cuda, dml, cpu "
                            "or full names. A strict list: one this onnxruntime does not offer is an error "
                            "(default: CUDA, then DirectML, then CPU, whichever onnxruntime offers).")(fn)
-    fn = click.option("--seed", type=int, default=0, show_default=True,
+    fn = click.option("--seed", type=click.IntRange(min=0), default=0, show_default=True,
                       help="Seed of the generated verification inputs.")(fn)
     return fn
 
@@ -114,13 +118,33 @@ def _split(value: str | None) -> list[str] | None:
 
 
 class _Group(click.Group):
-    """The ``lowerer`` group: a reader that closes our output early ends the run quietly (exit 141)."""
+    """The ``lowerer`` group: usage errors are one line, a closed output pipe ends the run quietly.
 
-    def main(self, *args: Any, **kwargs: Any) -> Any:
+    Usage errors print one ``lowerer: error:`` line (exit 2), never a traceback; a reader that closes
+    our output early ends the run quietly (exit 141).
+    """
+
+    def main(self, args: Any = None, prog_name: str | None = None, complete_var: str | None = None,
+             standalone_mode: bool = True, **extra: Any) -> Any:
+        if not standalone_mode:
+            return super().main(args, prog_name, complete_var, standalone_mode, **extra)
         try:
-            return super().main(*args, **kwargs)
+            code = super().main(args, prog_name, complete_var, False, **extra)
         except BrokenPipeError:
             _broken_pipe()
+        except click.exceptions.Abort:  # KeyboardInterrupt without lowerer's signal handler (in-process use)
+            _fail("interrupted; nothing was written", 130)
+        except click.ClickException as e:
+            if type(e).__name__ == "NoArgsIsHelpError":  # bare ``lowerer``: the help, as click shows it
+                e.show()
+                sys.exit(e.exit_code)
+            hint = f" (see '{e.ctx.command_path} --help')" if isinstance(e, click.UsageError) and e.ctx else ""
+            _fail(f"{e.format_message()}{hint}", e.exit_code)
+        except (SystemExit, KeyboardInterrupt):
+            raise
+        except Exception as e:  # a bug outside a command (option parsing ...)
+            _fail(f"internal error (a bug in lowerer, please report it): {type(e).__name__}: {e}", EXIT_INTERNAL)
+        sys.exit(code if isinstance(code, int) else 0)
 
 
 @click.group(cls=_Group, epilog=_EPILOG, context_settings={"help_option_names": ["-h", "--help"]})
@@ -169,45 +193,53 @@ def convert(input_path: Path, output_path: Path, target_opset: int | None, decom
     verification (exit 1); an existing OUT.onnx is then left untouched.
     """
     from lowerer.api import convert as convert_model
-    from lowerer.model_io import save_model
-    from lowerer.pipeline import normalize_decompose
+    from lowerer.errors import VerificationError
+    from lowerer.model_io import load_input, plan_outputs, write_outputs
+    from lowerer.options import decompose_names, provider_list
 
+    # Options, then the input, then every output path: all checked before any work.
     if target_opset is not None:
         from lowerer.opsets import check_target_opset
 
         check_target_opset(target_opset)
-    names = normalize_decompose(decompose)
+    names = decompose_names(decompose)
     if target_opset is None and not names:
         raise click.UsageError("nothing to do: give --target-opset and/or --decompose")
     given = any_model_check_option(check)
     if given and not (verify_model or optimize):
         raise click.UsageError(f"{', '.join(given)} steer the whole-model check: add --verify-model (or --optimize)")
     options = model_check_settings(**check) if (verify_model or optimize) else None
+    chosen = provider_list(_split(providers))
+    source = load_input(input_path)
+    plan = plan_outputs(output_path, locations=list(source.data_files), source_dir=source.directory,
+                        input_model=source.path, external_data=external_data, report=report_path)
     if options is not None and options.save_inputs is not None:
         _check_save_inputs(options.save_inputs, [input_path, *options.load_inputs],
                            [p for p in (output_path, report_path) if p is not None])
     progress = TerminalProgress()
+    command = _command_line()
     try:
-        result = convert_model(input_path, target_opset=target_opset, decompose=names, verify=verify,
-                               providers=_split(providers), seed=seed,
-                               verify_model=options if verify_model and options is not None else False,
-                               optimize=options if optimize and options is not None else False,
-                               progress=progress if progress.enabled else None)
+        try:
+            result = convert_model(source, target_opset=target_opset, decompose=names, verify=verify,
+                                   providers=chosen, seed=seed,
+                                   verify_model=options if verify_model and options is not None else False,
+                                   optimize=options if optimize and options is not None else False,
+                                   progress=progress if progress.enabled else None)
+        except VerificationError as e:
+            if plan.report is not None and e.report is not None:  # the failing record, for the user to read
+                write_outputs(plan, None, e.report.to_json(command=command))
+                e.args = (f"{e.args[0]}; the report is in {plan.report}",)
+            raise
+        report = result.report
         progress(Progress("write", 0, 1, "files"))
-        # external data is found beside the path as given (like onnx.load), not beside a link's target
-        save_model(result.model, output_path, source_dir=input_path.parent.resolve(), external_data=external_data)
+        write_outputs(plan, result.model, report.to_json(command=command) if plan.report is not None else None)
         progress(Progress("write", 1, 1, "files"))
     finally:
         progress.close()
-    report = result.report
-    if report_path is not None:
-        from lowerer.model_io import write_text_atomic
-
-        write_text_atomic(report_path, report.to_json(command=_command_line()))
     level = verbosity()
     print_convert_summary(report, level)
     if level >= 0:
-        click.echo(f"wrote {output_path}", err=True)
+        click.echo(f"wrote {one_line(str(output_path))}", err=True)
 
 
 def _check_save_inputs(path: Path, reads: list[Path], writes: list[Path]) -> None:

@@ -108,8 +108,11 @@ def test_cli_exit_1_writes_nothing(wrong_argmax: None, tmp_path: Path) -> None:
     result = CliRunner().invoke(main, ["convert", str(src), "-o", str(out), "--target-opset", "11",
                                        "--report", str(report)])
     assert result.exit_code == 1, result.output
-    assert "failed verification" in result.output
-    assert not out.exists() and not report.exists()
+    assert "failed verification" in result.output and f"the report is in {report}" in result.output
+    assert not out.exists()
+    failed = json.loads(report.read_text())  # the report is written, holding the failing record (issue 11)
+    assert [r["status"] for r in failed["rewrites"]][-1] == "failed"
+    report.unlink()
     out.write_bytes(b"keep me")
     result = CliRunner().invoke(main, ["convert", str(src), "-o", str(out), "--target-opset", "11"])
     assert result.exit_code == 1

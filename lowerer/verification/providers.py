@@ -19,9 +19,10 @@ _SHORT = {"cuda": CUDA, "dml": DML, "directml": DML, "cpu": CPU}
 
 
 def available_providers() -> list[str]:
-    """The execution providers the installed onnxruntime offers (imports onnxruntime)."""
-    import onnxruntime
+    """The execution providers the installed onnxruntime offers (imports onnxruntime, telemetry off)."""
+    from lowerer.verification.ort import load_onnxruntime
 
+    onnxruntime = load_onnxruntime()
     return list(onnxruntime.get_available_providers())
 
 

@@ -15,6 +15,7 @@ import numpy as np
 import onnx
 
 from lowerer import reference
+from lowerer.verification.ort import load_onnxruntime
 from lowerer.verification.providers import CPU
 
 __all__ = ["EXTERNAL_DATA_FOLDER", "Engine", "OrtEngine", "ReferenceEngine", "SessionMaker", "quiet_session_options"]
@@ -61,8 +62,7 @@ class OrtEngine:
     def run(self, feeds: Mapping[str, np.ndarray]) -> list[np.ndarray]:
         """Run the session (errors are raised, not logged)."""
         if self._run_options is None:
-            import onnxruntime
-
+            onnxruntime = load_onnxruntime()
             self._run_options = onnxruntime.RunOptions()
             self._run_options.log_severity_level = 4
         return [np.asarray(v) for v in self.session.run(None, dict(feeds), self._run_options)]
@@ -133,9 +133,7 @@ class SessionMaker:
         the CPU are found by profiling that one session and named in ``placement``.
         """
         if self._ort is None:
-            import onnxruntime
-
-            self._ort = onnxruntime
+            self._ort = load_onnxruntime()
         data = model if isinstance(model, bytes) else model.SerializeToString()
         folder = None if data_dir is None else os.fspath(Path(data_dir).resolve())
         primary = self.providers[0]
