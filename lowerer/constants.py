@@ -18,7 +18,7 @@ from onnx import numpy_helper
 
 from lowerer.scopes import Scope
 
-__all__ = ["ConstantIndex", "constant_node_value", "MAX_FOLDED_ELEMENTS"]
+__all__ = ["MAX_FOLDED_ELEMENTS", "ConstantIndex", "ShapeEntry", "constant_node_value"]
 
 logger = logging.getLogger(__name__)
 
@@ -81,9 +81,11 @@ class ConstantIndex:
         dims_of: the static dims of a value in a scope (for folding ``Shape``), None when unknown.
     """
 
-    def __init__(self, model: onnx.ModelProto, dims_of: Callable[[Scope, str], list[int | None] | None]) -> None:
+    def __init__(self, model: onnx.ModelProto, dims_of: Callable[[Scope, str], list[int | None] | None],
+                 rank_of: Callable[[Scope, str], int | None] = lambda scope, name: None) -> None:
         self._fed = frozenset(vi.name for vi in model.graph.input)
         self._dims_of = dims_of
+        self._rank_of = rank_of
         self._scopes: dict[int, _ScopeConstants] = {}
 
     def _table(self, scope: Scope) -> _ScopeConstants:
@@ -148,6 +150,67 @@ class ConstantIndex:
                 return None
             inputs.append(v)
         return _fold(node, inputs, scope.opset, list(node.output).index(name))
+
+
+    def shape_entries(self, scope: Scope, name: str, depth: int = 0) -> list[ShapeEntry] | None:
+        """What each element of the 1-D int64 value ``name`` is, when it is a shape put together from
+        constants and dims of tensors: an ``int``, or ``(tensor, index)`` for ``Shape(tensor)[index]``.
+
+        Follows Shape (with start/end), Concat, Gather, Slice, Unsqueeze, Squeeze, Reshape, Cast and
+        Identity, the ways exporters build the shape of a view; None for anything else.
+        """
+        value = self.value(scope, name)
+        if value is not None:
+            return [int(v) for v in value.reshape(-1)] if value.dtype.kind in "iu" and value.ndim <= 1 else None
+        found = self._producer(scope, name)
+        if found is None or depth > 12:
+            return None
+        home, node = found
+        op = node.op_type
+        if op == "Shape":
+            rank = self._rank_of(home, node.input[0])
+            if rank is None:
+                return None
+            start = next((a.i for a in node.attribute if a.name == "start"), 0)
+            end = next((a.i for a in node.attribute if a.name == "end"), rank)
+            return [(node.input[0], i) for i in range(rank)][slice(start, end)]
+        if op in ("Identity", "Cast", "Unsqueeze", "Squeeze", "Reshape"):
+            return self.shape_entries(home, node.input[0], depth + 1)
+        if op == "Concat":
+            parts = [self.shape_entries(home, i, depth + 1) for i in node.input]
+            return None if any(p is None for p in parts) else [e for p in parts for e in p]  # type: ignore[union-attr]
+        if op in ("Gather", "Slice"):
+            data = self.shape_entries(home, node.input[0], depth + 1)
+            if data is None:
+                return None
+            if op == "Gather":
+                idx = self.value(home, node.input[1])
+                if idx is None or any(a.name == "axis" and a.i != 0 for a in node.attribute):
+                    return None
+                return [data[int(i)] for i in idx.reshape(-1)] if all(-len(data) <= i < len(data)
+                                                                     for i in idx.reshape(-1)) else None
+            bounds = [self.value(home, i) if i else None for i in node.input[1:]]
+            if len(bounds) < 2 or bounds[0] is None or bounds[1] is None or \
+                    any(b is not None and (b.size != 1 or (k >= 2 and int(b.reshape(-1)[0]) not in ((0, 1)[k - 2],)))
+                        for k, b in enumerate(bounds)):
+                return None
+            return data[int(bounds[0].reshape(-1)[0]):int(bounds[1].reshape(-1)[0])]
+        return None
+
+    def _producer(self, scope: Scope, name: str) -> tuple[Scope, onnx.NodeProto] | None:
+        s: Scope | None = scope
+        while s is not None:
+            table = self._table(s)
+            if name in table.nodes:
+                return s, table.nodes[name]
+            if name in table.tensors:
+                return None
+            s = s.parent
+        return None
+
+
+#: One element of a shape built at run time: a constant, or dim ``index`` of the named tensor.
+ShapeEntry = int | tuple[str, int]
 
 
 def _fold(node: onnx.NodeProto, inputs: list[np.ndarray | None], opset: int | None, index: int) -> np.ndarray | None:

@@ -15,7 +15,7 @@ import numpy as np
 import onnx
 import onnx.shape_inference
 
-from lowerer.constants import ConstantIndex
+from lowerer.constants import ConstantIndex, ShapeEntry
 from lowerer.opsets import since_version
 from lowerer.scopes import Scope
 from lowerer.shapes import ShapeIndex, ValueType, type_string, value_type
@@ -86,6 +86,20 @@ class Facts:
         """The dims of ``name`` (None for a dynamic dim), or None when the rank is unknown."""
         vt = self.type_of(name, lambda vt: vt[1] is not None and None not in vt[1])
         return None if vt is None or vt[1] is None else list(vt[1])
+
+    def shape_entries(self, name: str) -> list[ShapeEntry] | None:
+        """What each element of the shape value ``name`` is (see :meth:`ConstantIndex.shape_entries`)."""
+        if self.is_new(name):
+            value = self._values.get(name)
+            return [int(v) for v in value.reshape(-1)] if value is not None and value.dtype.kind in "iu" else None
+        return self._constants.shape_entries(self.scope, name)
+
+    def symbols(self, name: str) -> list[int | str | None] | None:
+        """The dims of ``name``, symbolic ones by name (see :meth:`ShapeIndex.symbols`)."""
+        if self.is_new(name):
+            dims = self.dims(name)
+            return None if dims is None else list(dims)
+        return self._shapes.symbols(self.scope, name)
 
     def value(self, name: str) -> np.ndarray | None:
         """The constant value of ``name`` (None when it is not a constant)."""

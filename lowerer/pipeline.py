@@ -96,7 +96,8 @@ class _Run:
         self.names = NameGenerator(model, serialized)
         self.shapes = ShapeIndex(model, serialized)
         self.shapes.snapshot()
-        self.constants = ConstantIndex(model, lambda scope, name: _static_dims(self.shapes, scope, name))
+        self.constants = ConstantIndex(model, lambda scope, name: _static_dims(self.shapes, scope, name),
+                                       lambda scope, name: _rank(self.shapes, scope, name))
         self._used: set[str] | None = None
         own = frozenset(n for n in decompose if n in DECOMPOSITIONS)
         self.engine = StepEngine(self.names, self.shapes, self.constants, own, self.used, expansions(decompose))
@@ -196,6 +197,7 @@ class _Run:
             from_opset=source,
             input_types=self._input_types(node, scope),
             input_values=self._input_values(node, scope),
+            derived_inputs=self._derived_inputs(node, scope),
             steps=list(conversion.how),
         )
         self.report.rewrites.append(rewrite)
@@ -229,6 +231,49 @@ class _Run:
         return out
 
 
+    def _derived_inputs(self, node: onnx.NodeProto, scope: Scope) -> dict[str, list[int | tuple[str, int]]]:
+        """Shape inputs made of dims of the node's other inputs (and constants): a recipe per input.
+
+        A view's shape is usually ``Concat(Shape(x)[0:1], [12, 64])``: random values would never
+        fit the data, so verification computes them from the shapes it generates instead.
+        """
+        if self.verifier is None:
+            return {}
+        out: dict[str, list[int | tuple[str, int]]] = {}
+        others = [n for n in node.input if n]
+        for name in others:
+            if self.constants.value(scope, name) is not None:
+                continue
+            vt = self.shapes.known(scope, name)
+            if vt is None or vt[0] != onnx.TensorProto.INT64 or vt[1] is None or len(vt[1]) != 1:
+                continue
+            entries = self.constants.shape_entries(scope, name)
+            if entries is None:
+                continue
+            recipe = [self._recipe_entry(scope, e, [o for o in others if o != name]) for e in entries]
+            if all(r is not None for r in recipe):
+                out[name] = recipe  # type: ignore[assignment]
+        return out
+
+    def _recipe_entry(self, scope: Scope, entry: object, inputs: list[str]) -> int | tuple[str, int] | None:
+        if isinstance(entry, int):
+            return entry
+        assert isinstance(entry, tuple)
+        source, index = entry
+        if source in inputs:
+            return (source, index)
+        dims = self.shapes.symbols(scope, source)
+        dim = dims[index] if dims is not None and 0 <= index < len(dims) else None
+        if isinstance(dim, int):
+            return dim
+        if isinstance(dim, str):  # the same named dim of one of the node's inputs
+            for other in inputs:
+                theirs = self.shapes.symbols(scope, other) or []
+                if dim in theirs:
+                    return (other, theirs.index(dim))
+        return None
+
+
 def _rule_name(conversion: Conversion) -> str:
     """The report's rule name: the owned rule, else the adapters used, else ``version-steps``."""
     rules = [h.split(": rule ", 1)[1] for h in conversion.how if ": rule " in h]
@@ -252,6 +297,14 @@ def _static_dims(shapes: object, scope: Scope, name: str) -> list[int | None] | 
     assert isinstance(shapes, ShapeIndex)
     vt = shapes.lookup(scope, name, lambda vt: vt[1] is not None and None not in vt[1])
     return None if vt is None or vt[1] is None else list(vt[1])
+
+
+def _rank(shapes: object, scope: Scope, name: str) -> int | None:
+    from lowerer.shapes import ShapeIndex
+
+    assert isinstance(shapes, ShapeIndex)
+    vt = shapes.lookup(scope, name, lambda vt: vt[1] is not None)
+    return None if vt is None or vt[1] is None else len(vt[1])
 
 
 def _used_names(model: onnx.ModelProto) -> set[str]:

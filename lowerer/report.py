@@ -55,6 +55,8 @@ class Rewrite:
         from_opset: the default-domain opset of the original node's scope.
         input_types: element type and dims of each input of the original node, where known.
         input_values: the constant inputs of the original node (verification feeds them as they are).
+        derived_inputs: shape inputs computed from the other inputs' dims (an ``int`` or an
+            ``(input, dim)`` per element): verification computes them from the shapes it generates.
         steps: how each version step was crossed (``ReduceSum 13 → 11: generic``), or the rule applied.
     """
 
@@ -75,6 +77,7 @@ class Rewrite:
     from_opset: int = 0
     input_types: dict[str, Any] = field(default_factory=dict, repr=False, metadata={INTERNAL: True})
     input_values: dict[str, Any] = field(default_factory=dict, repr=False, metadata={INTERNAL: True})
+    derived_inputs: dict[str, Any] = field(default_factory=dict, repr=False, metadata={INTERNAL: True})
     steps: list[str] = field(default_factory=list)
 
     def values(self) -> dict[str, list[str]]:

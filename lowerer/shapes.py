@@ -290,6 +290,26 @@ class ShapeIndex:
                 return spelled
         return None
 
+    def symbols(self, scope: Scope, name: str) -> list[int | str | None] | None:
+        """The dims of ``name`` with symbolic ones by name (``"batch"``), None where not even named.
+
+        Two dims with the same symbol in one model are equal at run time (what onnx's shape
+        inference and exporters mean by naming them); used to prove a shape entry equals a dim.
+        """
+        self.lookup(scope, name, lambda vt: vt[1] is not None and None not in vt[1])
+        tree = self._main if scope.function is None else self._function_tree(scope.function)
+        home = self._resolve(tree, scope, name)
+        best: list[int | str | None] | None = None
+        for level in (tree.level(home), tree.inferred_level(home)):
+            tp = level.stated_proto(name) if level is not None else None
+            if tp is None or tp.WhichOneof("value") != "tensor_type" or not tp.tensor_type.HasField("shape"):
+                continue
+            dims: list[int | str | None] = [
+                d.dim_value if d.HasField("dim_value") else (d.dim_param or None) for d in tp.tensor_type.shape.dim]
+            if best is None or sum(d is None for d in dims) < sum(d is None for d in best):
+                best = dims
+        return best
+
     # -- functions ---------------------------------------------------------------------------
     def _call_site_types(self, function: onnx.FunctionProto) -> list[ValueType | None] | None:
         """The input types of ``function`` merged over all its call sites (None if never called)."""

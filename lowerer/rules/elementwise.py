@@ -20,7 +20,7 @@ from lowerer.steps.changes import AttrRemoved, OptionalInput, Semantics, Step
 from lowerer.steps.generic import attribute_value, remove_attribute
 from lowerer.steps.registry import DOWN, UP, adapter
 
-__all__ = ["binary_legacy_broadcast_up", "gemm_11_9", "mod_28_13"]
+__all__ = ["binary_legacy_broadcast_up", "gemm_11_9", "max_min_12_8", "mod_28_13"]
 
 #: Ops whose version 7 replaced ``broadcast``/``axis`` by numpy-style broadcasting.
 LEGACY_BROADCAST_OPS = ("Add", "Sub", "Mul", "Div", "Pow", "And", "Or", "Xor", "Equal", "Greater", "Less")
@@ -87,3 +87,29 @@ def mod_28_13(em: Emitter, step: Step, direction: str) -> None:
 
 
 adapter("Mod", 28, UP)(generic.meaning_kept)  # Mod-28 only accepts more (fmod with either type)
+
+
+_INT_TYPES = frozenset({2, 3, 4, 5, 6, 7, 12, 13})  # (u)int8/16/32/64
+
+
+@adapter(("Max", "Min"), 12, DOWN)
+def max_min_12_8(em: Emitter, step: Step, direction: str) -> None:
+    """Max/Min on integers (new at 12) as ``Where(Greater(a, b), a, b)`` pairwise; other types relabel."""
+    node = em.node
+    types = {em.elem_type(n) for n in node.input if n}
+    if not types & _INT_TYPES:
+        generic.cross(em, step, direction)
+        return
+    if em.target < 9:
+        em.refuse(f"{node.op_type} takes integers from version 12 on; the exact form with Where and an integer "
+                  "Greater/Less needs opset 9; the lowest opset for this node is 9")
+    compare = "Greater" if node.op_type == "Max" else "Less"
+    inputs = [n for n in node.input if n]
+    (output,) = node.output
+    if len(inputs) == 1:
+        em.op("Identity", inputs, [output])
+        return
+    acc = inputs[0]
+    for k, other in enumerate(inputs[1:], start=1):
+        chosen = em.op(compare, [acc, other])
+        acc = em.op("Where", [chosen, acc, other], [output] if k == len(inputs) - 1 else None)

@@ -9,9 +9,15 @@ resolved), its values get fresh names, nodes whose outputs nothing reads are dro
 optional output's computation), and it is returned at the body's own opset; the engine then takes
 each of its nodes to the target like any other node.
 
+onnx's bodies reshape computed shapes with Reshape's default ``allowzero=0``, which reads a 0 in
+the shape as "copy the input's dim": on an empty input (``LayerNormalization`` of a [0, 0, 64]
+tensor) the body then gives another shape than the op ([0, 64, 64]). lowerer writes
+``allowzero=1`` on a body's Reshapes whose shape is not a constant (from Reshape-14 on; older
+bodies have none), which is what the op means; the Reshape steps below 14 then keep it exact.
+
 An expansion computes what the op means, but in the body's order of operations, which may round
 differently from a fused kernel: verification judges it against an explicit ulp budget
-(:mod:`lowerer.verification.budget`), never exactly-or-nothing.
+(:data:`lowerer.verification.compare.EXPANSION_ULPS`), never exactly-or-nothing.
 """
 
 from __future__ import annotations
@@ -155,6 +161,17 @@ def _rename(nodes: list[onnx.NodeProto], mapping: dict[str, str], em: Emitter) -
     walk(nodes)
 
 
+def _literal_reshapes(nodes: list[onnx.NodeProto], opset: int) -> None:
+    """``allowzero=1`` on the body's Reshapes of computed shapes (a 0 there is a 0, not "copy")."""
+    if opset < 14:
+        return
+    constants = {n.output[0] for n in nodes if n.op_type == "Constant" and n.output}
+    for n in nodes:
+        if n.op_type == "Reshape" and n.domain in ("", "ai.onnx") and len(n.input) > 1 \
+                and n.input[1] not in constants and not any(a.name == "allowzero" for a in n.attribute):
+            n.attribute.append(helper.make_attribute("allowzero", 1))
+
+
 def _reads(node: onnx.NodeProto) -> set[str]:
     """The values ``node`` reads, its subgraphs' reads of outer values included."""
     found = set(node.input)
@@ -211,6 +228,7 @@ def expand(em: Emitter) -> int:
         c.CopyFrom(n)
         copies.append(c)
     _resolve_references(copies, _attribute_values(node, schema))
+    _literal_reshapes(copies, opset)
     _rename(copies, mapping, em)
     for c in _live(copies, wanted):
         if node.metadata_props:

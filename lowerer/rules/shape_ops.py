@@ -36,6 +36,39 @@ _CONSTANT_OF_SHAPE_9 = frozenset({
     onnx.TensorProto.UINT16, onnx.TensorProto.UINT32, onnx.TensorProto.UINT64, onnx.TensorProto.BOOL})
 
 
+def _zeros_copy_the_same(em: Emitter, data: str, shape_name: str) -> bool:
+    """Whether a 0 in the shape would be the data's own dim at that place (so "copy" gives that 0 too).
+
+    Exporters build a view's shape from dims of tensors (``Concat(Shape(x)[0:1], [12, 64])``): an
+    entry that is dim ``k`` of the data itself, a dim of a tensor with the same symbolic dim, a
+    static non-zero dim or a non-zero constant can only be 0 where the data's dim ``k`` is 0. A
+    shape with a -1 may hold no 0 at all under ``allowzero=1`` (the spec forbids both together).
+    """
+    entries = em.facts.shape_entries(shape_name)
+    if entries is None:
+        return False
+    if -1 in entries:  # with allowzero=1 a shape holding -1 may not hold a 0 (the spec): no 0 in valid runs
+        return True
+    mine = em.facts.symbols(data)
+    for k, entry in enumerate(entries):
+        if isinstance(entry, int):
+            if entry == 0:
+                return False
+            continue
+        source, index = entry
+        if source == data and index == k:
+            continue
+        dims = em.facts.symbols(source)
+        dim = dims[index] if dims is not None and 0 <= index < len(dims) else None
+        if isinstance(dim, int) and dim > 0:
+            continue
+        here = mine[k] if mine is not None and k < len(mine) else None
+        if isinstance(dim, str) and dim == here:
+            continue
+        return False
+    return True
+
+
 @adapter("Reshape", 14, DOWN)
 def reshape_14_13(em: Emitter, step: Step, direction: str) -> None:
     """``allowzero`` dropped where it cannot matter, else guarded exactly (see the module docstring)."""
@@ -51,7 +84,7 @@ def reshape_14_13(em: Emitter, step: Step, direction: str) -> None:
     shape_dims = em.dims(shape_name)
     no_zero = (shape is not None and not np.any(shape == 0)) \
         or (data_dims is not None and all(d is not None and d > 0 for d in data_dims)) \
-        or shape_dims == [0]
+        or shape_dims == [0] or _zeros_copy_the_same(em, data, shape_name)
     if no_zero:  # a 0 in the shape is impossible (or the original fails on it): the same meaning
         generic.cross(em, step, direction, node, handled=(AttrAdded,))
         return
