@@ -49,17 +49,20 @@ class HasIrModel(Protocol):
 def convert(model: onnx.ModelProto, *, target_opset: int | None = ..., decompose: Iterable[str] | str = ...,
             verify: bool = ..., providers: Sequence[str] | None = ..., seed: int = ...,
             verify_model: bool | ModelCheckOptions = ..., optimize: bool | ModelCheckOptions = ...,
-            progress: ProgressCallback | None = ...) -> ConvertResult[onnx.ModelProto]: ...
+            progress: ProgressCallback | None = ..., max_ulp: int | None = ...,
+            exact: bool = ...) -> ConvertResult[onnx.ModelProto]: ...
 @overload
 def convert(model: str | os.PathLike[str], *, target_opset: int | None = ..., decompose: Iterable[str] | str = ...,
             verify: bool = ..., providers: Sequence[str] | None = ..., seed: int = ...,
             verify_model: bool | ModelCheckOptions = ..., optimize: bool | ModelCheckOptions = ...,
-            progress: ProgressCallback | None = ...) -> ConvertResult[onnx.ModelProto]: ...
+            progress: ProgressCallback | None = ..., max_ulp: int | None = ...,
+            exact: bool = ...) -> ConvertResult[onnx.ModelProto]: ...
 @overload
 def convert(model: ir.Model | HasIrModel, *, target_opset: int | None = ..., decompose: Iterable[str] | str = ...,
             verify: bool = ..., providers: Sequence[str] | None = ..., seed: int = ...,
             verify_model: bool | ModelCheckOptions = ..., optimize: bool | ModelCheckOptions = ...,
-            progress: ProgressCallback | None = ...) -> ConvertResult[ir.Model]: ...
+            progress: ProgressCallback | None = ..., max_ulp: int | None = ...,
+            exact: bool = ...) -> ConvertResult[ir.Model]: ...
 
 
 def convert(
@@ -73,6 +76,8 @@ def convert(
     verify_model: bool | ModelCheckOptions = False,
     optimize: bool | ModelCheckOptions = False,
     progress: ProgressCallback | None = None,
+    max_ulp: int | None = None,
+    exact: bool = False,
 ) -> ConvertResult[onnx.ModelProto] | ConvertResult[ir.Model]:
     """Convert a model to ``target_opset`` and/or decompose ops, verifying each rewrite.
 
@@ -101,6 +106,10 @@ def convert(
             does: a whole-model comparison, steered by the ``ModelCheckOptions`` given here (True:
             ``verify_model``'s options, or the defaults). Needs onnxscript (``lowerer[optimize]``).
         progress: receives :class:`~lowerer.progress.Progress` updates of the long phases.
+        max_ulp: the error budget of function-body expansions, in ulp (None: the per-type default of
+            :data:`lowerer.verification.compare.EXPANSION_ULPS`; see the README's "Verification").
+        exact: accept no difference at all (expansions and computing kernels must be bit-identical on
+            the verification inputs).
 
     Returns:
         A :class:`ConvertResult` whose ``model`` is the same kind as given (an ``onnx_ir.Model``
@@ -131,6 +140,11 @@ def convert(
         check_target_opset(target_opset)
     names = decompose_names(decompose)
     verify = check_flag(verify, "verify")
+    exact = check_flag(exact, "exact")
+    if max_ulp is not None and (not isinstance(max_ulp, int) or isinstance(max_ulp, bool) or max_ulp < 0):
+        raise InputError(f"max_ulp must be a non-negative integer or None, not {max_ulp!r}")
+    if exact and max_ulp:
+        raise InputError("exact=True accepts no difference; it cannot go with max_ulp")
     chosen = provider_list(providers)
     seed = seed_value(seed)
     progress = check_progress(progress)
@@ -183,7 +197,8 @@ def convert(
         def on_verified(rewrites: int, checks: int) -> None:
             notify(progress, "verify", rewrites, None, "rewrites", f"{checks} distinct checks")
 
-        verifier = make_verifier(providers=chosen, seed=seed, progress=on_verified if progress else None)
+        verifier = make_verifier(providers=chosen, seed=seed, progress=on_verified if progress else None,
+                                 max_ulp=max_ulp, exact=exact)
     source_ir = proto.ir_version
     logger.info("converting: IR version %d, %d graph nodes, %d functions; target opset %s, decompose %s",
                 proto.ir_version, len(proto.graph.node), len(proto.functions), target_opset,
@@ -201,7 +216,7 @@ def convert(
         from lowerer.validation import check_loads, check_output
 
         check_output(proto, serialized if serialized is not None else original, target_opset)
-        if verify and len(proto.graph.node) <= ORT_LOAD_CHECK_MAX_NODES and not _has_external_data(proto):
+        if len(proto.graph.node) <= ORT_LOAD_CHECK_MAX_NODES and not _has_external_data(proto):
             why = check_loads(proto)
             if why is not None:
                 _refuse_unloadable(proto, why, serialized if serialized is not None else original, report)
@@ -236,8 +251,8 @@ def convert(
     return ConvertResult(proto, report)
 
 
-#: Converted models up to this many main-graph nodes are opened in onnxruntime before they are returned
-#: (with verification on); larger ones are left to ``verify_model`` (opening costs ~60 us per node).
+#: Converted models up to this many main-graph nodes are opened in onnxruntime before they are returned;
+#: larger ones are left to ``verify_model`` (opening costs ~60 us per node: 3 s at 50k nodes).
 ORT_LOAD_CHECK_MAX_NODES = 20_000
 
 

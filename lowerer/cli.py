@@ -177,6 +177,9 @@ def main() -> None:
 @click.option("--verify-model", is_flag=True,
               help="Also run the whole models before and after on the same inputs and compare every output "
                    "(see the options below).")
+@click.option("--exact", is_flag=True,
+              help="Accept no difference at all: function-body expansions and kernels that may round differently "
+                   "must be bit-identical on the verification inputs (default: the documented ulp budgets).")
 @click.option("--optimize", is_flag=True,
               help="Then fold constant shape arithmetic and remove dead nodes with onnxscript's optimizer, and "
                    "check that the optimized model computes the same outputs (needs onnxscript).")
@@ -186,7 +189,8 @@ def main() -> None:
 @_guard
 def convert(input_path: Path, output_path: Path, target_opset: int | None, decompose: str | None,
             report_path: Path | None, verify: bool, verify_model: bool, providers: str | None,
-            seed: int, external_data: str | None = None, optimize: bool = False, **check: Any) -> None:
+            seed: int, external_data: str | None = None, optimize: bool = False, exact: bool = False,
+            **check: Any) -> None:
     """Convert IN.onnx and write OUT.onnx.
 
     Nothing is written when a node cannot be converted exactly (exit 2) or a rewrite fails
@@ -205,9 +209,12 @@ def convert(input_path: Path, output_path: Path, target_opset: int | None, decom
     names = decompose_names(decompose)
     if target_opset is None and not names:
         raise click.UsageError("nothing to do: give --target-opset and/or --decompose")
-    given = any_model_check_option(check)
+    max_ulp = check.get("max_ulp")  # also the expansions' budget: not a whole-model option alone
+    given = any_model_check_option({k: v for k, v in check.items() if k != "max_ulp"})
     if given and not (verify_model or optimize):
         raise click.UsageError(f"{', '.join(given)} steer the whole-model check: add --verify-model (or --optimize)")
+    if exact and max_ulp:
+        raise click.UsageError("--exact accepts no difference; it cannot go with --max-ulp")
     options = model_check_settings(**check) if (verify_model or optimize) else None
     chosen = provider_list(_split(providers))
     source = load_input(input_path)
@@ -221,7 +228,7 @@ def convert(input_path: Path, output_path: Path, target_opset: int | None, decom
     try:
         try:
             result = convert_model(source, target_opset=target_opset, decompose=names, verify=verify,
-                                   providers=chosen, seed=seed,
+                                   providers=chosen, seed=seed, max_ulp=max_ulp, exact=exact,
                                    verify_model=options if verify_model and options is not None else False,
                                    optimize=options if optimize and options is not None else False,
                                    progress=progress if progress.enabled else None)

@@ -99,9 +99,10 @@ def model_check_options(fn: F) -> F:
                      help="Accept float values this close (absolute difference)."),
         click.option("--rtol", type=float, default=0.0, show_default=True, metavar="X",
                      help="Accept float values this close relative to the first model's value."),
-        click.option("--max-ulp", type=int, default=0, show_default=True, metavar="N",
-                     help="Accept float values at most N units in the last place apart. A value passes when "
-                          "any tolerance accepts it; integer and bool outputs are always compared exactly."),
+        click.option("--max-ulp", type=click.IntRange(min=0), default=None, metavar="N",
+                     help="Accept float values at most N units in the last place apart (default 0: exact; for "
+                          "convert it is also the error budget of function-body expansions, default per type). A "
+                          "value passes when any tolerance accepts it; integer and bool outputs are always exact."),
         click.option("--input-shapes", "input_shapes", multiple=True, metavar="NAME:DIMS",
                      help="Shape of an input, e.g. ids:1x128 (repeatable; default: dynamic dims 1, then 2)."),
         click.option("--val-range", "val_range", multiple=True, metavar="[NAME:]LO,HI",
@@ -120,7 +121,7 @@ def model_check_options(fn: F) -> F:
     return fn
 
 
-def model_check_settings(*, atol: float, rtol: float, max_ulp: int, input_shapes: Sequence[str],
+def model_check_settings(*, atol: float, rtol: float, max_ulp: int | None, input_shapes: Sequence[str],
                          val_range: Sequence[str], load_inputs: Sequence[Path], save_inputs: Path | None,
                          allow_unverified: bool) -> ModelCheckOptions:
     """The :class:`~lowerer.verification.whole.ModelCheckOptions` the options describe.
@@ -133,7 +134,7 @@ def model_check_settings(*, atol: float, rtol: float, max_ulp: int, input_shapes
     from lowerer.verification.whole import ModelCheckOptions
 
     try:
-        tolerance = Tolerance(ulps=max_ulp, atol=atol, rtol=rtol)
+        tolerance = Tolerance(ulps=max_ulp or 0, atol=atol, rtol=rtol)
     except ValueError as e:
         raise InputError(f"--atol/--rtol/--max-ulp: {e}") from None
     if load_inputs and (input_shapes or val_range):
@@ -149,7 +150,7 @@ def any_model_check_option(values: dict[str, Any]) -> list[str]:
     names = {"atol": "--atol", "rtol": "--rtol", "max_ulp": "--max-ulp", "input_shapes": "--input-shapes",
              "val_range": "--val-range", "load_inputs": "--load-inputs", "save_inputs": "--save-inputs",
              "allow_unverified": "--allow-unverified"}
-    return [flag for key, flag in names.items() if values.get(key)]
+    return [flag for key, flag in names.items() if values.get(key) not in (None, False, 0, 0.0, (), [])]
 
 
 def check_written_path(path: Path, option: str, *, reads: Iterable[Path], writes: Iterable[Path]) -> None:

@@ -153,10 +153,10 @@ class ConstantIndex:
 
 
     def shape_entries(self, scope: Scope, name: str, depth: int = 0) -> list[ShapeEntry] | None:
-        """What each element of the 1-D int64 value ``name`` is, when it is a shape put together from
-        constants and dims of tensors: an ``int``, or ``(tensor, index)`` for ``Shape(tensor)[index]``.
+        """What each element of the shape value ``name`` is, when it is made of constants and dims.
 
-        Follows Shape (with start/end), Concat, Gather, Slice, Unsqueeze, Squeeze, Reshape, Cast and
+        An element is an ``int``, or ``(tensor, index)`` for ``Shape(tensor)[index]``. Follows
+        Shape (with start/end), Concat, Gather, Slice, Unsqueeze, Squeeze, Reshape, Cast and
         Identity, the ways exporters build the shape of a view; None for anything else.
         """
         value = self.value(scope, name)

@@ -162,13 +162,36 @@ def _rename(nodes: list[onnx.NodeProto], mapping: dict[str, str], em: Emitter) -
 
 
 def _literal_reshapes(nodes: list[onnx.NodeProto], opset: int) -> None:
-    """``allowzero=1`` on the body's Reshapes of computed shapes (a 0 there is a 0, not "copy")."""
+    """``allowzero=1`` on the body's Reshapes of shapes made of run-time dims (a 0 there is a 0, not "copy").
+
+    A shape that a constant holding a 0 flows into (``Concat([0, 0], [-1])``, the body's way to say
+    "keep these dims") keeps the default: that 0 means "copy".
+    """
     if opset < 14:
         return
-    constants = {n.output[0] for n in nodes if n.op_type == "Constant" and n.output}
+    producers = {o: n for n in nodes for o in n.output if o}
+
+    def constant_zero_reaches(name: str, depth: int = 0) -> bool:
+        node = producers.get(name)
+        if node is None or depth > 16:
+            return False
+        if node.op_type == "Constant":
+            value = next((a for a in node.attribute), None)
+            if value is None:
+                return False
+            if value.type == onnx.AttributeProto.TENSOR:
+                return bool((onnx.numpy_helper.to_array(value.t) == 0).any())
+            if value.type == onnx.AttributeProto.INTS:
+                return 0 in list(value.ints)
+            return value.type == onnx.AttributeProto.INT and value.i == 0
+        if node.op_type in ("Shape", "Size"):
+            return False
+        return any(constant_zero_reaches(i, depth + 1) for i in node.input if i)
+
     for n in nodes:
         if n.op_type == "Reshape" and n.domain in ("", "ai.onnx") and len(n.input) > 1 \
-                and n.input[1] not in constants and not any(a.name == "allowzero" for a in n.attribute):
+                and not any(a.name == "allowzero" for a in n.attribute) and n.input[1] in producers \
+                and not constant_zero_reaches(n.input[1]):
             n.attribute.append(helper.make_attribute("allowzero", 1))
 
 

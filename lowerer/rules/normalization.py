@@ -41,6 +41,10 @@ def batch_normalization_14(em: Emitter, step: Step, direction: str) -> None:
 def dropout_12_10(em: Emitter, step: Step, direction: str) -> None:
     """Inference Dropout: ``training_mode`` must be off; ``ratio`` back to an attribute."""
     node = generic.copy_of(em.node)
+    if len(node.output) > 1 and node.output[1] and em.facts.is_used(node.output[1]):
+        em.refuse(f"its mask output {node.output[1]!r} is used; Dropout-12 defines the mask in inference mode "
+                  "(all true), Dropout-10 does not")
+    del node.output[1:]
     if len(node.input) > 2 and node.input[2]:
         mode = em.constant(node.input[2])
         if mode is None or bool(np.any(mode)):

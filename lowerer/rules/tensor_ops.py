@@ -130,7 +130,8 @@ def one_hot_11_9(em: Emitter, step: Step, direction: str) -> None:
         pass
     elif values is not None and depth_value is not None:
         d = depth_value.reshape(-1)[0]
-        node.input[0] = em.const(np.where(values < 0, values + d, values).astype(values.dtype), "indices")
+        counted = np.where(values < 0, values + d, values)
+        node.input[0] = em.const(np.where(counted < 0, d, counted).astype(values.dtype), "indices")
     else:
         if em.target < 9:
             em.refuse("negative indices count from the back from OneHot-11; the exact guard needs Where (opset 9)")
@@ -141,7 +142,10 @@ def one_hot_11_9(em: Emitter, step: Step, direction: str) -> None:
         typed_depth = em.op("Cast", [scalar_depth], to=elem)
         zero = em.const(np.zeros([], dtype=np_dtype(elem)), "zero")
         negative = em.op("Less", [indices, zero])
-        node.input[0] = em.op("Where", [negative, em.op("Add", [indices, typed_depth]), indices])
+        counted = em.op("Where", [negative, em.op("Add", [indices, typed_depth]), indices])
+        # Below -depth an index is out of range at 11 (an all-off row): make it depth, out of range at 9 too
+        # (onnxruntime's OneHot-9 would count a negative index from the back).
+        node.input[0] = em.op("Where", [em.op("Less", [counted, zero]), typed_depth, counted])
     generic.cross(em, step, direction, node, handled=(Semantics,))
 
 

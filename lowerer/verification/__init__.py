@@ -33,14 +33,17 @@ __all__ = [
 ]
 
 
-def make_verifier(providers: Sequence[str] | None = None, seed: int = 0,
-                  progress: Progress | None = None) -> RewriteVerifier:
+def make_verifier(providers: Sequence[str] | None = None, seed: int = 0, progress: Progress | None = None,
+                  max_ulp: int | None = None, exact: bool = False) -> RewriteVerifier:
     """A callable that verifies one :class:`~lowerer.report.Rewrite` (sets its status, or raises VerificationError).
+
+    ``max_ulp`` is the error budget of function-body expansions (None: the per-type default of
+    :data:`~lowerer.verification.compare.EXPANSION_ULPS`); ``exact`` accepts no difference at all.
 
     Raises:
         InputError: an unknown or unavailable provider.
     """
-    return RewriteVerifier(providers, seed, progress)
+    return RewriteVerifier(providers, seed, progress, max_ulp, exact)
 
 
 def verify_models(original: ModelSource, converted: ModelSource, *, options: ModelCheckOptions | None = None,

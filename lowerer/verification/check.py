@@ -21,7 +21,16 @@ import onnx
 from lowerer import reference
 from lowerer.errors import VerificationError
 from lowerer.report import Rewrite
-from lowerer.verification.compare import Tolerance, compare, tolerance_for
+from lowerer.rules.expansion import EXPANSION_RULE
+from lowerer.verification.compare import (
+    EXPANSION_ULPS,
+    KERNEL_EPSILONS,
+    Tolerance,
+    compare,
+    expansion_budget,
+    tolerance_for,
+    worst_difference,
+)
 from lowerer.verification.inputs import JUDGED_KINDS, InputSet, bind_shapes, generate, kinds_for, min_rank_for
 from lowerer.verification.models import small_model
 from lowerer.verification.providers import select_providers
@@ -219,10 +228,23 @@ def _outside_spec(canon: _Canon, feeds: dict[str, np.ndarray]) -> str | None:
     return None
 
 
+def _budget_record(budget: str, dtypes: list[np.dtype[Any]], max_ulp: int | None, op: str) -> dict[str, Any]:
+    """What a rewrite's float outputs were judged by, for its report record."""
+    if budget == "exact":
+        return {"kind": "exact", "why": "exact by construction (or --exact)"}
+    if budget == "expansion":
+        return {"kind": "expansion", "max_ulp": "per type" if max_ulp is None else max_ulp,
+                "defaults": {str(k): v for k, v in EXPANSION_ULPS.items()},
+                "why": "a function body computes in its own order of operations; an element passes within max_ulp "
+                       "ulp, or within as many epsilons of the output's largest magnitude"}
+    return {"kind": "kernel", "why": f"{op} computes its values; the two sides' kernels may round differently",
+            "epsilons_of_scale": KERNEL_EPSILONS}
+
+
 def _derived_feeds(canon: _Canon, shapes: dict[str, tuple[int, ...]]) -> dict[str, np.ndarray]:
     """The shape inputs computed from the generated inputs' shapes (see :attr:`_Canon.derived`)."""
     out: dict[str, np.ndarray] = {}
-    canonical = dict((orig, c) for c, orig in canon.inputs)
+    canonical = {orig: c for c, orig in canon.inputs}
     for c, _, recipe in canon.derived:
         values = []
         for entry in recipe:
@@ -278,9 +300,13 @@ class RewriteVerifier:
         progress: called with (rewrites seen, distinct checks run) after each rewrite.
     """
 
-    def __init__(self, providers: Sequence[str] | None = None, seed: int = 0, progress: Progress | None = None) -> None:
+    def __init__(self, providers: Sequence[str] | None = None, seed: int = 0, progress: Progress | None = None,
+                 max_ulp: int | None = None, exact: bool = False) -> None:
         self.providers = select_providers(providers)
         self.seed = seed
+        #: The error budget of expansions in ulp (None: the per-type default); ``exact``: no tolerance at all.
+        self.max_ulp = max_ulp
+        self.exact = exact
         self.progress = progress
         self.sessions = SessionMaker(self.providers)
         self.stats: Counter[str] = Counter()
@@ -444,7 +470,11 @@ class RewriteVerifier:
             return CheckResult("unverified", repl)
         provider = orig.label if orig.label == repl.label else f"{orig.label} (original), {repl.label} (replacement)"
         tol: Tolerance | None = None  # set once a tolerance was needed
-        arithmetic = rewrite.op_type in ARITHMETIC_OPS
+        expansion = rewrite.rule == EXPANSION_RULE
+        budget = "exact" if self.exact else "expansion" if expansion else \
+            "kernel" if rewrite.op_type in ARITHMETIC_OPS else "exact"
+        arithmetic = budget != "exact" or (self.exact and (expansion or rewrite.op_type in ARITHMETIC_OPS))
+        worst_ulp = worst_abs = worst_scaled = 0.0
         # Range edges overflow in an order-dependent way in arithmetic kernels (a sum of +-3.4e38
         # terms is inf in one order, finite in another): recorded for them, not judged.
         judged = JUDGED_KINDS - {"edges"} if arithmetic else JUDGED_KINDS
@@ -493,7 +523,12 @@ class RewriteVerifier:
                     repl.resolve_placement()
                 used_sets.append(desc)
                 for (_, orig_out), exp, act in zip(canon.outputs, expected, actual, strict=True):
-                    t = tolerance_for(exp.dtype, rewrite.op_type, _scale(exp)) if arithmetic else None
+                    t = (expansion_budget(exp.dtype, _scale(exp), self.max_ulp) if budget == "expansion" else
+                         tolerance_for(exp.dtype, rewrite.op_type, _scale(exp)) if budget == "kernel" else None)
+                    if kind in judged:
+                        ulp, absolute, scaled = worst_difference(exp, act)
+                        worst_ulp, worst_abs = max(worst_ulp, ulp), max(worst_abs, absolute)
+                        worst_scaled = max(worst_scaled, scaled)
                     diff, md = compare(exp, act, t)
                     if t is not None and diff is None and kind in judged and compare(exp, act)[0] is not None:
                         tol = t
@@ -517,6 +552,8 @@ class RewriteVerifier:
             "input_sets": used_sets,
             "comparisons": comparisons,
             "max_difference": max_diff,
+            "worst": {"ulp": worst_ulp, "abs": worst_abs, "ulp_of_scale": round(worst_scaled, 3)},
+            "budget": _budget_record(budget, dtypes, self.max_ulp, rewrite.op_type),
             "tolerance": "exact" if tol is None else {
                 **tol.to_dict(), "why": f"{rewrite.op_type} computes its values; the kernels on the two sides "
                                         "(op versions, layouts or engines) may round differently"},
@@ -531,7 +568,8 @@ class RewriteVerifier:
                 details[f"{side}_placement"] = engine.placement
         if skipped:
             details["skipped"] = skipped
-        how = "exactly" if tol is None else f"within {tol.ulps} ulps (max difference {max_diff:.3g})"
+        how = "exactly" if tol is None else (f"within {tol.ulps} ulp (worst {worst_scaled:.2g} ulp of the output's "
+                                             f"scale, {worst_abs:.3g} absolute)")
         return CheckResult("verified", f"{len(used_sets)} input sets compared {how} on {provider}", provider, details)
 
 
