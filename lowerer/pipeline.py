@@ -159,7 +159,31 @@ class _Run:
 
     def subgraphs(self, node: onnx.NodeProto, index: int, scope: Scope) -> None:
         for attr_name, position, graph in subgraphs_of(node):
-            self.scope(scope.child(index, node, attr_name, position, graph))
+            child = scope.child(index, node, attr_name, position, graph)
+            self.scope(child)
+            if node.op_type == "Scan" and self.target is not None and self.target != scope.opset:
+                self._state_body_output_shapes(child, graph)
+
+    def _state_body_output_shapes(self, scope: Scope, graph: onnx.GraphProto) -> None:
+        """Write into a Scan body's outputs the shapes onnx infers where the body states none.
+
+        onnxruntime's Scan kernels up to version 16 refuse a body output without a shape (newer ones
+        infer it); the shape inference knows them, and stating them changes no meaning.
+        """
+        for out in graph.output:
+            tt = out.type.tensor_type if out.type.HasField("tensor_type") else None
+            if tt is None or tt.HasField("shape"):
+                continue
+            vt = self.shapes.lookup(scope, out.name, lambda vt: vt[1] is not None)
+            if vt is None or vt[1] is None:
+                continue
+            shape = tt.shape
+            for d in vt[1]:
+                dim = shape.dim.add()
+                if d is not None:
+                    dim.dim_value = d
+            if tt.elem_type == 0 and vt[0]:
+                tt.elem_type = vt[0]
 
     def node(self, node: onnx.NodeProto, index: int, scope: Scope, source: int, target: int,
              new_constants: list[onnx.TensorProto]) -> list[onnx.NodeProto] | None:

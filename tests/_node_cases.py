@@ -312,6 +312,14 @@ def _judge(out: Outcome, converted: onnx.ModelProto, model: onnx.ModelProto, dat
             result = compare(got, expected, tolerance=(case.rtol, case.atol), names=names, values=not random)
         if random:
             out.basis += ", shapes only (random op)"
+        if not result.same and want is not None and not random:
+            # onnxruntime's kernel may depart from the spec where a rewrite (an expansion into the spec's own
+            # function body) follows it: judge both against the case's expected outputs then.
+            spec = compare(got, expected, tolerance=(case.rtol, case.atol), names=names, values=True)
+            ort_spec = compare(want, expected, tolerance=(case.rtol, case.atol), names=names, values=True)
+            if spec.same and not ort_spec.same:
+                out.basis = "expected (onnxruntime departs from the spec on the original)"
+                result = spec
         if not result.same:
             out.status, out.detail = "WRONG", result.detail
             out.max_ulp = result.max_ulp
