@@ -24,7 +24,7 @@ import onnx
 
 from lowerer.errors import ConversionError, InputError
 
-__all__ = ["MIN_ORT_OPSET", "NodeGate", "check_loads", "check_output", "max_ort_opset"]
+__all__ = ["MIN_ORT_OPSET", "NodeGate", "check_loads", "check_output", "max_ort_opset", "ort_supports"]
 
 #: onnxruntime supports default-domain opsets from 7 on (older models may still run, unchecked).
 MIN_ORT_OPSET = 7
@@ -156,6 +156,14 @@ def check_output(converted: onnx.ModelProto, source: onnx.ModelProto | bytes | N
                          f"{input_why}; lowerer writes only models that pass it")
     raise ConversionError(f"the converted model{at} fails onnx's full check: {why}; the input passes it, so this "
                           "conversion is refused (a gap in lowerer, please report it)")
+
+
+def ort_supports(model: onnx.ModelProto) -> bool:
+    """Whether onnxruntime supports ``model``'s default-domain opset (7 to the newest it loads)."""
+    from lowerer.opsets import default_opset
+
+    opset = default_opset(model.opset_import)
+    return opset is None or MIN_ORT_OPSET <= opset <= max_ort_opset()
 
 
 def check_loads(converted: onnx.ModelProto) -> str | None:
