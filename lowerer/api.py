@@ -215,7 +215,8 @@ def convert(
     if target_opset is not None or report.decompose:
         from lowerer.validation import check_loads, check_output
 
-        check_output(proto, serialized if serialized is not None else original, target_opset)
+        check_output(proto, serialized if serialized is not None else original, target_opset,
+                     input_strict=report.strictly_checked)
         if len(proto.graph.node) <= ORT_LOAD_CHECK_MAX_NODES and not _has_external_data(proto):
             why = check_loads(proto)
             if why is not None:

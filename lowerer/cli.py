@@ -196,6 +196,8 @@ def convert(input_path: Path, output_path: Path, target_opset: int | None, decom
     Nothing is written when a node cannot be converted exactly (exit 2) or a rewrite fails
     verification (exit 1); an existing OUT.onnx is then left untouched.
     """
+    import onnx
+
     from lowerer.api import convert as convert_model
     from lowerer.errors import VerificationError
     from lowerer.model_io import load_input, plan_outputs, write_outputs
@@ -239,6 +241,7 @@ def convert(input_path: Path, output_path: Path, target_opset: int | None, decom
             raise
         report = result.report
         progress(Progress("write", 0, 1, "files"))
+        assert isinstance(result.model, onnx.ModelProto)  # a path in, a ModelProto out
         write_outputs(plan, result.model, report.to_json(command=command) if plan.report is not None else None)
         progress(Progress("write", 1, 1, "files"))
     finally:

@@ -173,7 +173,8 @@ class ConstantIndex:
                 return None
             start = next((a.i for a in node.attribute if a.name == "start"), 0)
             end = next((a.i for a in node.attribute if a.name == "end"), rank)
-            return [(node.input[0], i) for i in range(rank)][slice(start, end)]
+            dims: list[ShapeEntry] = [(str(node.input[0]), i) for i in range(rank)]
+            return dims[slice(start, end)]
         if op in ("Identity", "Cast", "Unsqueeze", "Squeeze", "Reshape"):
             return self.shape_entries(home, node.input[0], depth + 1)
         if op == "Concat":
@@ -234,5 +235,5 @@ def _fold(node: onnx.NodeProto, inputs: list[np.ndarray | None], opset: int | No
     except Exception as e:  # folding is best effort: not constant then
         logger.debug("could not fold %s: %s", node.op_type, e)
         return None
-    result = np.asarray(out[index])
+    result = np.asarray(list(out)[index])
     return result if result.size <= MAX_FOLDED_ELEMENTS else None

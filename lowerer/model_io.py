@@ -252,14 +252,14 @@ def _nbytes(tensor: onnx.TensorProto) -> int | None:
     count = math.prod(tensor.dims)
     bits = _PACKED_BITS.get(tensor.data_type)
     if bits is not None:
-        return -(-count * bits // 8)
+        return int(-(-count * bits // 8))
     try:
         dtype = onnx.helper.tensor_dtype_to_np_dtype(tensor.data_type)
     except (KeyError, ValueError, TypeError):
         return None
     if dtype.kind in "OUS":
         return None
-    return count * dtype.itemsize
+    return int(count * dtype.itemsize)
 
 
 def check_external_data(model: onnx.ModelProto, base_dir: Path | None, source: str,
@@ -496,7 +496,7 @@ def _serialize(model: onnx.ModelProto) -> bytes:
         raise InputError("the model is over 2 GiB with its weights inline; protobuf cannot write a model that "
                          "large: store the weights in a data file (API: save_model(..., "
                          "external_data='weights.bin'); CLI: --external-data weights.bin)")
-    return payload
+    return bytes(payload)
 
 
 def _stage_bytes(tx: Transaction, path: Path, payload: bytes) -> None:

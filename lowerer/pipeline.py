@@ -23,7 +23,7 @@ from lowerer.report import Report, Rewrite
 from lowerer.rules import DECOMPOSITIONS
 from lowerer.scopes import Scope, iter_scopes, subgraphs_of
 from lowerer.steps.engine import Conversion, StepEngine
-from lowerer.validation import NodeGate
+from lowerer.validation import NodeGate, RewriteChecker
 
 __all__ = ["Verifier", "expansions", "normalize_decompose", "refuse_attribute_references", "run_pipeline"]
 
@@ -102,6 +102,7 @@ class _Run:
         own = frozenset(n for n in decompose if n in DECOMPOSITIONS)
         self.engine = StepEngine(self.names, self.shapes, self.constants, own, self.used, expansions(decompose))
         self._gates: dict[int, NodeGate] = {}
+        self.strict = RewriteChecker()
         self.report = Report(target_opset=target, decompose=tuple(sorted(decompose)))
 
     def used(self, name: str) -> bool:
@@ -119,6 +120,8 @@ class _Run:
         first = 0
         new_constants: list[onnx.TensorProto] = []
         engine = self.engine
+        # Per op: True when every node of it is left alone (decided once per op and opsets).
+        untouched = engine.untouched_table(source, target) if source is not None and target is not None else {}
         for index, node in enumerate(nodes):
             replacement: list[onnx.NodeProto] | None = None
             domain = node.domain
@@ -130,7 +133,10 @@ class _Run:
                     raise InputError(f"node {node.name or node.op_type!r} in {scope.path} uses the default "
                                      "domain, which the model does not import")
                 assert target is not None
-                if not engine.leaves(node, source, target):
+                skip = untouched.get(op_type)
+                if skip is None:
+                    skip = untouched[op_type] = engine.untouched(op_type, source, target)
+                if not skip and not engine.leaves(node, source, target):
                     replacement = self.node(node, index, scope, source, target, new_constants)
             elif node.attribute:
                 self.subgraphs(node, index, scope)
@@ -225,6 +231,7 @@ class _Run:
             steps=list(conversion.how),
         )
         self.report.rewrites.append(rewrite)
+        self.strict(rewrite)
         logger.debug("rewrote %s (%s-%d) in %s into %s", rewrite.node, node.op_type, rewrite.from_version,
                      scope.path, rewrite.emitted)
         if self.verifier is not None:
@@ -401,6 +408,7 @@ def run_pipeline(
         for function in model.functions:
             _set_default_opset(function.opset_import, target_opset, add=False)
     model.ir_version = choose_ir_version(model.ir_version, model.opset_import, bool(model.functions))
+    run.report.strictly_checked = bool(run.shapes.input_strict) and run.strict.complete
     return run.report
 
 

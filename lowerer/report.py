@@ -173,6 +173,9 @@ class Report:
     optimization: dict[str, Any] | None = None
     #: The command line that made the report (set by the CLI), for the JSON form.
     command: list[str] | None = None
+    #: Whether the input passed onnx's strict inference during the conversion, and every distinct
+    #: rewrite passed its own (what lets the validation gate skip the whole-model inference).
+    strictly_checked: bool = field(default=False, repr=False, metadata={INTERNAL: True})
 
     def __iter__(self) -> Iterator[Rewrite]:
         return iter(self.rewrites)

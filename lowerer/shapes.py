@@ -122,10 +122,12 @@ class _Level:
         if isinstance(self._holder, onnx.GraphProto):
             for vi in (*self._holder.input, *self._holder.output):
                 if vi.name == name and vi.type.WhichOneof("value"):
-                    return vi.type
+                    found: onnx.TypeProto = vi.type
+                    return found
         j = self._info_index.get(name)
         if j is not None and self._infos[j].type.WhichOneof("value"):
-            return self._infos[j].type
+            stated: onnx.TypeProto = self._infos[j].type
+            return stated
         return None
 
     def stated(self, name: str) -> ValueType | None:
@@ -191,6 +193,9 @@ class ShapeIndex:
         self._main = _Tree(model.graph)
         self._functions: dict[str, _Tree] = {}
         self._cache: dict[str, ValueType | None] = {}
+        #: Whether the model as given passed onnx's strict shape and type inference (None: not run).
+        #: When it ran here anyway, it ran strictly: the validation gate then need not run it again.
+        self.input_strict: bool | None = None
 
     def snapshot(self) -> None:
         """Keep the model's bytes for shape inference; call before the model is changed (when no bytes were given)."""
@@ -208,10 +213,17 @@ class ShapeIndex:
             return
         logger.debug("running shape inference: a rule needs a type or shape the model does not state")
         try:
-            inferred = onnx.shape_inference.infer_shapes(self._serialized, strict_mode=False, data_prop=True)
-        except Exception as e:  # inference is best effort: rules refuse when still unknown
-            logger.debug("shape inference failed: %s", e)
-            return
+            inferred = onnx.shape_inference.infer_shapes(self._serialized, check_type=True, strict_mode=True,
+                                                         data_prop=True)
+            self.input_strict = True
+        except Exception as strict_error:
+            self.input_strict = False
+            logger.debug("strict shape inference failed: %s", strict_error)
+            try:
+                inferred = onnx.shape_inference.infer_shapes(self._serialized, strict_mode=False, data_prop=True)
+            except Exception as e:  # inference is best effort: rules refuse when still unknown
+                logger.debug("shape inference failed: %s", e)
+                return
         self._main.inferred_root = inferred.graph
         self._cache.clear()
 

@@ -5,12 +5,17 @@ Two levels:
 * :class:`NodeGate` checks every node a conversion emits against its schema at the target
   (attributes the schema lacks, wrong attribute types, missing required ones, input and output
   counts), as it is made; answers are cached per node signature, so this costs little.
+* :class:`RewriteChecker` runs onnx's strict shape and type inference on each distinct rewrite
+  on its own (the replacement must infer wherever the original does).
 * :func:`check_output` runs ``onnx.checker.check_model(full_check=True)`` once on the whole
-  converted model (strict shape and type inference included). External weights are never read:
-  in the copy that is checked, main-graph initializers held in external data become graph inputs
-  of the same type and shape (the checker would otherwise open their files, relative to the
-  working directory). When the converted model fails, the input is checked the same way, so the
-  message can say whether the conversion or the input is at fault.
+  converted model (strict shape and type inference included). When the conversion already ran
+  onnx's strict inference on the whole input (for facts its rules needed) and every distinct
+  rewrite passed its own, the whole-model inference would only repeat them: then the plain
+  checker runs on the output. External weights are never read: in the copy that is checked,
+  main-graph initializers held in external data become graph inputs of the same type and shape
+  (the checker would otherwise open their files, relative to the working directory). When the
+  converted model fails, the input is checked the same way, so the message can say whether the
+  conversion or the input is at fault.
 * :func:`check_loads` opens the converted model in onnxruntime (graph optimizations off), for
   models whose default-domain opset onnxruntime supports (7 up to the newest it loads).
 """
@@ -23,8 +28,10 @@ import logging
 import onnx
 
 from lowerer.errors import ConversionError, InputError
+from lowerer.report import Rewrite
 
-__all__ = ["MIN_ORT_OPSET", "NodeGate", "check_loads", "check_output", "max_ort_opset", "ort_supports"]
+__all__ = ["MIN_ORT_OPSET", "NodeGate", "RewriteChecker", "check_loads", "check_output", "max_ort_opset",
+           "ort_supports"]
 
 #: onnxruntime supports default-domain opsets from 7 on (older models may still run, unchecked).
 MIN_ORT_OPSET = 7
@@ -68,9 +75,10 @@ class NodeGate:
         """Refuse when ``node`` (emitted for ``original``) is not valid at ``opset``."""
         if any(a.type in (onnx.AttributeProto.GRAPH, onnx.AttributeProto.GRAPHS) for a in node.attribute):
             return  # checked with its subgraphs by the whole-model check
-        key = (node.domain, node.op_type, len(node.input), tuple(bool(i) for i in node.input), len(node.output),
-               tuple((a.name, a.type, a.ref_attr_name, a.SerializeToString() if a.type in _VALUE_TYPES else b"")
-                     for a in node.attribute))
+        # Validity depends on the op, which inputs and outputs are given, and the attributes' names,
+        # types and (for the few enum-like ints and strings) values; not on value names.
+        key = (node.domain, node.op_type, tuple(map(bool, node.input)), len(node.output),
+               tuple((a.name, a.type, a.ref_attr_name, a.i, a.s) for a in node.attribute))
         if key not in self._seen:
             try:
                 onnx.checker.check_node(node, self._ctx)
@@ -86,15 +94,94 @@ class NodeGate:
                 node=original, scope=scope)
 
 
-#: Attribute types whose value the node check reads (strings and ints such as ``mode``, ``to``).
-_VALUE_TYPES = frozenset({onnx.AttributeProto.INT, onnx.AttributeProto.STRING, onnx.AttributeProto.INTS})
+class RewriteChecker:
+    """Strict shape and type inference of each distinct rewrite, on its own (its inputs typed as in the model).
+
+    The replacement, at the target opset, must infer without error wherever the original node, at
+    its own opset, does; a replacement that does not is a conversion gap (ConversionError).
+    :attr:`complete` stays True while every rewrite could be checked (its input types known).
+    """
+
+    def __init__(self) -> None:
+        self._seen: set[tuple[object, ...]] = set()
+        self.complete = True
+
+    def __call__(self, rewrite: Rewrite) -> None:
+        """Check ``rewrite`` (once per distinct one)."""
+        from lowerer.verification.check import canon_of  # the verifier's canonical form: the same dedupe
+        from lowerer.verification.models import small_model
+
+        if rewrite.original is None:
+            self.complete = False
+            return
+        key = _pattern(rewrite)
+        if key in self._seen:
+            return
+        self._seen.add(key)
+        canon = canon_of(rewrite)
+        specs = []
+        for c, name in canon.inputs:
+            vt = rewrite.input_types.get(name)
+            if vt is None or not vt[0]:
+                self.complete = False
+                return
+            specs.append((c, int(vt[0]), None if vt[1] is None else list(vt[1])))
+        specs += [(c, onnx.TensorProto.INT64, [len(r)]) for c, _, r in canon.derived]
+        outputs = [c for c, _ in canon.outputs]
+        fixed = canon.fixed_tensors
+        original = small_model([canon.original], fixed, specs, outputs, rewrite.from_opset)
+        replacement = small_model(canon.replacement, [*fixed, *canon.constants], specs, outputs, rewrite.to_opset)
+        if _problem(original) is not None:
+            self.complete = False  # the original does not infer strictly on its own: nothing to hold it to
+            return
+        why = _problem(replacement)
+        if why is not None:
+            raise ConversionError(
+                f"node {rewrite.node!r} ({rewrite.op_type}-{rewrite.from_version}, in {rewrite.scope}) cannot be "
+                f"converted to opset {rewrite.to_opset}: its replacement ({' + '.join(rewrite.emitted)}) fails "
+                f"onnx's strict inference ({why}); this is a gap in lowerer, please report it")
 
 
-def _checkable(model: onnx.ModelProto) -> onnx.ModelProto | str:
+def _pattern(rewrite: Rewrite) -> tuple[object, ...]:
+    """What a rewrite's replacement is made from (a cheap key for distinct rewrites).
+
+    The original's op, attributes and input pattern, the facts it read (input types, constant and
+    derived inputs), the opsets and how it was crossed. Cheaper than the verifier's canonical form
+    (no copy of the replacement); two rewrites with the same pattern get replacements of the same
+    structure.
+    """
+    node = rewrite.original
+    assert node is not None
+    first: dict[str, int] = {}
+    wiring = tuple(first.setdefault(n, i) if n else -1 for i, n in enumerate(node.input))
+    attrs = tuple(sorted((a.name, a.SerializeToString()) for a in node.attribute))
+    types = tuple((n, None if vt is None else (vt[0], None if vt[1] is None else tuple(vt[1])))
+                  for n, vt in ((i, rewrite.input_types.get(i)) for i in node.input if i))
+    values = tuple((n, str(v.dtype), v.shape, v.tobytes()) for n, v in sorted(rewrite.input_values.items()))
+    derived = tuple((n, tuple(r)) for n, r in sorted(rewrite.derived_inputs.items()))
+    renamed = {n: f"in{i}" for i, n in enumerate(node.input) if n}
+    return (node.op_type, node.domain, wiring, len(node.output), attrs,
+            tuple((renamed.get(n), t) for n, t in types), tuple((renamed.get(n), *rest) for n, *rest in values),
+            tuple((renamed.get(n), r) for n, r in derived), rewrite.from_opset, rewrite.to_opset,
+            tuple(rewrite.steps), tuple(rewrite.emitted))
+
+
+def _problem(model: onnx.ModelProto) -> str | None:
+    """Why ``model`` fails its nodes' schema checks or strict inference (None when it passes)."""
+    from lowerer.verification.check import _validate
+
+    try:
+        _validate(model)
+    except Exception as e:
+        return " ".join(str(e).split())[:300]
+    return None
+
+
+def _checkable(model: onnx.ModelProto, serialized: bytes | None = None) -> onnx.ModelProto | str:
     """``model`` as the checker may see it without opening files (a copy when it has external data)."""
     from lowerer.model_io import external_data_locations
 
-    if not external_data_locations(model):
+    if not external_data_locations(model, serialized):
         return model
     copy = onnx.ModelProto()
     copy.CopyFrom(model)
@@ -114,31 +201,40 @@ def _checkable(model: onnx.ModelProto) -> onnx.ModelProto | str:
     return copy
 
 
-def _full_check(model: onnx.ModelProto | bytes) -> str | None:
+def _check(model: onnx.ModelProto | bytes, full: bool) -> str | None:
     try:
-        onnx.checker.check_model(model, full_check=True)
+        onnx.checker.check_model(model, full_check=full)
     except Exception as e:  # ValidationError, InferenceError and the checker's other C++ errors
         return " ".join(str(e).split())
     return None
 
 
-def check_output(converted: onnx.ModelProto, source: onnx.ModelProto | bytes | None, target: int | None) -> None:
+def check_output(converted: onnx.ModelProto, source: onnx.ModelProto | bytes | None, target: int | None,
+                 input_strict: bool | None = None) -> None:
     """Refuse (ConversionError, or InputError when the input fails too) unless ``converted`` passes the full check.
+
+    ``input_strict`` True says the input passed onnx's strict shape and type inference (run while
+    converting, for the facts rules needed): every node the conversion emitted was checked against
+    its schema and, for distinct rewrites, by strict inference of its own, so the whole-model
+    strict inference would only repeat that; the plain checker then runs on the whole model. Else
+    ``onnx.checker.check_model(full_check=True)``.
 
     Raises:
         ConversionError: the converted model fails and the input passes (a conversion gap).
         InputError: the input itself fails onnx's full check.
     """
-    checkable = _checkable(converted)
-    if isinstance(checkable, str):
-        logger.info("full model check skipped: %s", checkable)
-        return
     try:
-        payload: onnx.ModelProto | bytes = checkable.SerializeToString()
+        payload = converted.SerializeToString()
     except ValueError:  # over 2 GiB inline: the checker cannot take it either
         logger.info("full model check skipped: the model is over protobuf's 2 GiB limit")
         return
-    why = _full_check(payload)
+    checkable = _checkable(converted, payload)
+    if isinstance(checkable, str):
+        logger.info("full model check skipped: %s", checkable)
+        return
+    if checkable is not converted:
+        payload = checkable.SerializeToString()
+    why = _check(payload, full=not input_strict)
     if why is None:
         return
     input_why = None
@@ -149,7 +245,7 @@ def check_output(converted: onnx.ModelProto, source: onnx.ModelProto | bytes | N
             original.ParseFromString(source)
         assert isinstance(original, onnx.ModelProto)
         checkable_source = _checkable(original)
-        input_why = None if isinstance(checkable_source, str) else _full_check(checkable_source)
+        input_why = None if isinstance(checkable_source, str) else _check(checkable_source, full=True)
     at = f" at opset {target}" if target is not None else ""
     if input_why is not None:
         raise InputError(f"the input model fails onnx's full check (onnx.checker.check_model(full_check=True)): "

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Iterable
+from typing import Any
 
 import onnx
 import onnx.defs
@@ -40,13 +41,13 @@ EXPANSION_RULE = "function-expansion"
 def body_opsets(op: str, version: int) -> tuple[int, ...]:
     """The opsets at which ``op``-``version``'s schema defines a function body (static or context-dependent)."""
     try:
-        schema = onnx.defs.get_schema(op, version)
+        schema: Any = onnx.defs.get_schema(op, version)  # the function-body accessors have no stubs
     except onnx.defs.SchemaError:
         return ()
     found = set(schema.function_opset_versions) | set(schema.context_dependent_function_opset_versions)
     if schema.has_function and not found:
         found.add(schema.since_version)
-    return tuple(sorted(found))
+    return tuple(sorted(int(v) for v in found))
 
 
 def has_body(op: str, version: int) -> bool:
@@ -64,7 +65,7 @@ def expandable_ops() -> dict[str, str]:
     return out
 
 
-def _body(em: Emitter, schema: onnx.defs.OpSchema, opset: int) -> onnx.FunctionProto:
+def _body(em: Emitter, schema: Any, opset: int) -> onnx.FunctionProto:
     """The schema's function body at ``opset`` for ``em.node`` (context-dependent ones need input types)."""
     node = em.node
     raw: bytes | onnx.FunctionProto
@@ -183,7 +184,7 @@ def _literal_reshapes(nodes: list[onnx.NodeProto], opset: int) -> None:
                 return bool((onnx.numpy_helper.to_array(value.t) == 0).any())
             if value.type == onnx.AttributeProto.INTS:
                 return 0 in list(value.ints)
-            return value.type == onnx.AttributeProto.INT and value.i == 0
+            return bool(value.type == onnx.AttributeProto.INT and value.i == 0)
         if node.op_type in ("Shape", "Size"):
             return False
         return any(constant_zero_reaches(i, depth + 1) for i in node.input if i)
@@ -222,7 +223,7 @@ def expand(em: Emitter) -> int:
     The body chosen is the one at the lowest opset the schema offers (fewest steps to take down).
     """
     node = em.node
-    schema = onnx.defs.get_schema(node.op_type, em.source_version)
+    schema: Any = onnx.defs.get_schema(node.op_type, em.source_version)
     opsets = body_opsets(node.op_type, em.source_version)
     if not opsets:
         em.refuse(f"{node.op_type} has no function body in onnx's schema to expand it into")

@@ -33,7 +33,8 @@ def _dense(node: onnx.NodeProto) -> onnx.TensorProto | None:
     """The Constant's value as a dense TensorProto (None when it is held in external data)."""
     for a in node.attribute:
         if a.name == "value":
-            return a.t
+            tensor: onnx.TensorProto = a.t
+            return tensor
         if a.name == "sparse_value":
             sparse = a.sparse_tensor
             if sparse.values.data_location == onnx.TensorProto.EXTERNAL or \
@@ -49,7 +50,10 @@ def _dense(node: onnx.NodeProto) -> onnx.TensorProto | None:
                 flat[indices] = values
             return numpy_helper.from_array(dense, "value")
     value = constant_node_value(node)
-    return None if value is None else numpy_helper.from_array(value, "value")
+    if value is None:
+        return None
+    made: onnx.TensorProto = numpy_helper.from_array(value, "value")
+    return made
 
 
 @adapter("Constant", (9, 11, 12, 13, 19, 21, 23, 24, 25), DOWN)
@@ -130,8 +134,8 @@ def one_hot_11_9(em: Emitter, step: Step, direction: str) -> None:
         pass
     elif values is not None and depth_value is not None:
         d = depth_value.reshape(-1)[0]
-        counted = np.where(values < 0, values + d, values)
-        node.input[0] = em.const(np.where(counted < 0, d, counted).astype(values.dtype), "indices")
+        shifted = np.where(values < 0, values + d, values)
+        node.input[0] = em.const(np.where(shifted < 0, d, shifted).astype(values.dtype), "indices")
     else:
         if em.target < 9:
             em.refuse("negative indices count from the back from OneHot-11; the exact guard needs Where (opset 9)")

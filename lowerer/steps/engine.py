@@ -121,9 +121,14 @@ class StepEngine:
         self.expand = expand
         self._used = used
         self._untouched: dict[tuple[str, int, int], bool] = {}
+        self._tables: dict[tuple[int, int], dict[str, bool]] = {}
         self._wants: dict[tuple[str, int, int], bool] = {}
 
     # -- the quick answer ----------------------------------------------------------------------
+    def untouched_table(self, source: int, target: int) -> dict[str, bool]:
+        """The per-op answers of :meth:`untouched` for ``source`` → ``target``, as a dict the caller fills."""
+        return self._tables.setdefault((source, target), {})
+
     def untouched(self, op: str, source: int, target: int) -> bool:
         """Whether every ``op`` node stays exactly as it is going from ``source`` to ``target`` (no node looked at)."""
         key = (op, source, target)

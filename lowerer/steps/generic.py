@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Callable, Sequence
+from typing import Any
 
 import numpy as np
 import onnx
@@ -122,7 +123,8 @@ def attribute(node: onnx.NodeProto, name: str) -> onnx.AttributeProto | None:
     """The attribute ``name`` of ``node``, or None."""
     for a in node.attribute:
         if a.name == name:
-            return a
+            found: onnx.AttributeProto = a
+            return found
     return None
 
 
@@ -351,8 +353,8 @@ def _negative_values(em: Emitter, node: onnx.NodeProto, step: Step, change: Chan
         value = attribute_value(node, change.attr)
         if value is None:
             return
-        values = list(value) if isinstance(value, list) else [value]
-        if all(int(v) >= 0 for v in values):  # type: ignore[call-overload]
+        values = [int(v) for v in value] if isinstance(value, list) else [int(value)]  # type: ignore[call-overload]
+        if all(v >= 0 for v in values):
             return
         fixed = _normalized(em, node, step, change, np.array(values, dtype=np.int64), change.attr)
         set_attribute(node, change.attr, [int(v) for v in fixed] if isinstance(value, list) else int(fixed[0]))
@@ -384,7 +386,7 @@ def _normalized(em: Emitter, node: onnx.NodeProto, step: Step, change: NegativeV
     # Indices: counted from the size along the node's axis.
     dims = em.dims(of) if of else None
     axis_value = attribute_value(node, "axis")
-    axis = 0 if axis_value is None else int(axis_value)  # type: ignore[call-overload]
+    axis = axis_value if isinstance(axis_value, int) else 0
     if dims is not None and axis < 0:
         axis += len(dims)
     size = dims[axis] if dims is not None and 0 <= axis < len(dims) else None
@@ -499,15 +501,16 @@ def _inputs_to_attributes(em: Emitter, node: onnx.NodeProto, step: Step, moved: 
             em.refuse(f"{step.op} takes {change.attr!r} as input {change.input} from version {step.version}; "
                       f"{_label(step, True)} needs it as an attribute, and input {name!r} is not a constant "
                       "(an initializer that is not a graph input, a Constant, or a foldable shape computation)")
+        attr_type = onnx.defs.OpSchema.AttrType
         kind = old.attributes[change.attr].type if change.attr in old.attributes else None
         flat = value.reshape(-1)
-        if kind == onnx.AttributeProto.INTS:
+        if kind == attr_type.INTS:
             set_attribute(node, change.attr, [int(v) for v in flat])
-        elif kind == onnx.AttributeProto.INT:
+        elif kind == attr_type.INT:
             set_attribute(node, change.attr, int(flat[0]))
-        elif kind == onnx.AttributeProto.FLOATS:
+        elif kind == attr_type.FLOATS:
             set_attribute(node, change.attr, [float(v) for v in flat])
-        elif kind == onnx.AttributeProto.FLOAT:
+        elif kind == attr_type.FLOAT:
             if value.dtype.kind != "f" and value.dtype.name != "bfloat16":
                 em.refuse(f"{change.attr!r} is a float attribute in {_label(step, True)}, and input {name!r} "
                           f"holds {value.dtype}")
@@ -529,6 +532,7 @@ def _attributes_to_inputs(em: Emitter, node: onnx.NodeProto, step: Step, moved: 
         if value is None:
             continue
         remove_attribute(node, change.attr)
+        dtype: np.dtype[Any]
         if change.dtype == "int64":
             dtype = np.dtype(np.int64)
         elif change.dtype == "float32":

@@ -42,7 +42,7 @@ from lowerer.verification.runner import (
     ort_can_exchange,
 )
 
-__all__ = ["CheckResult", "RewriteVerifier"]
+__all__ = ["CheckResult", "RewriteVerifier", "canon_of"]
 
 #: Ops whose kernels compute (rather than select or move) values. A rewrite of one keeps its
 #: arithmetic (a version relabel, an attribute at its neutral value dropped, the axis moved), but
@@ -241,6 +241,14 @@ def _budget_record(budget: str, dtypes: list[np.dtype[Any]], max_ulp: int | None
             "epsilons_of_scale": KERNEL_EPSILONS}
 
 
+def canon_of(rewrite: Rewrite) -> _Canon:
+    """The canonical form of ``rewrite``, made once per record (the strict checker and the verifier share it)."""
+    made = rewrite.__dict__.get("_canon")
+    if made is None:
+        made = rewrite.__dict__["_canon"] = _Canon(rewrite)
+    return made
+
+
 def _derived_feeds(canon: _Canon, shapes: dict[str, tuple[int, ...]]) -> dict[str, np.ndarray]:
     """The shape inputs computed from the generated inputs' shapes (see :attr:`_Canon.derived`)."""
     out: dict[str, np.ndarray] = {}
@@ -327,7 +335,7 @@ class RewriteVerifier:
             if rewrite.original is None:
                 rewrite.status, rewrite.reason = "unverified", "the rewrite carries no copy of the original node"
                 return
-            canon = _Canon(rewrite)
+            canon = canon_of(rewrite)
             result = self._cache.get(canon.key)
             if result is None:
                 self.stats["checks"] += 1

@@ -25,10 +25,11 @@ def load_onnxruntime() -> ModuleType:
     opted_in = os.environ.get(OPT_IN, "") == "1"
     if not opted_in:
         os.environ.setdefault("ORT_DISABLE_TELEMETRY", "1")
-    import onnxruntime  # type: ignore[import-untyped]
+    import onnxruntime
 
     if not opted_in:
         disable = getattr(onnxruntime, "disable_telemetry_events", None)
         if disable is not None:
             disable()
-    return onnxruntime
+    module: ModuleType = onnxruntime
+    return module

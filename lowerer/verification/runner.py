@@ -93,8 +93,9 @@ def quiet_session_options(ort: Any = None) -> Any:
     ``ort``: the onnxruntime module to use (tests pass a fake one); imported when None.
     """
     if ort is None:
-        import onnxruntime as ort
+        import onnxruntime
 
+        ort = onnxruntime
     so = ort.SessionOptions()
     so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
     so.intra_op_num_threads = 1
