@@ -268,32 +268,46 @@ def _check_save_inputs(path: Path, reads: list[Path], writes: list[Path]) -> Non
 @click.argument("input_path", metavar="IN.onnx", type=click.Path(path_type=Path))
 @click.option("--target-opset", type=int, default=None, metavar="N", help="Show what converting to N would do.")
 @click.option("--decompose", default=None, metavar="NAMES", help="Show what these decompositions would do.")
+@click.option("--reach", is_flag=True, help="Also find the lowest and highest opsets the model converts to.")
 @click.option("--json", "as_json", is_flag=True, help="Print JSON instead of text.")
 @verbosity_options
 @_guard
-def inspect(input_path: Path, target_opset: int | None, decompose: str | None, as_json: bool) -> None:
-    """Show IN.onnx's opsets, the nodes lowerer owns, and what a conversion would do (writes nothing)."""
+def inspect(input_path: Path, target_opset: int | None, decompose: str | None, reach: bool, as_json: bool) -> None:
+    """Show IN.onnx's opsets, the nodes lowerer owns, and what a conversion would do (writes nothing).
+
+    With --target-opset or --decompose it is a dry run of the conversion (without verification):
+    each rewrite it would make (rule, or the function body a node would be expanded into, and why);
+    exit 2 with the refusal when the conversion would be refused.
+    """
+    from lowerer.errors import ConversionError
     from lowerer.inspection import inspect_model
 
-    info = inspect_model(input_path, target_opset=target_opset, decompose=decompose)
+    info = inspect_model(input_path, target_opset=target_opset, decompose=decompose, reach=reach)
+    refused = info.get("plan", {}).get("refused")
     if as_json:
         click.echo(json.dumps(info, indent=2))
-        return
-    click.echo(f"model: {input_path} (IR version {info['ir_version']})")
-    click.echo("opset imports: " + ", ".join(f"{d or 'ai.onnx'}={v}" for d, v in info["opset_imports"].items()))
-    click.echo(f"owned nodes: {len(info['nodes'])}")
-    for n in info["nodes"]:
-        attrs = " ".join(f"{k}={v}" for k, v in n["attributes"].items())
-        click.echo(f"  {n['scope']}: {n['name']} {n['op_type']}-{n['version']} {attrs}".rstrip())
-    if "plan" in info:
-        plan = info["plan"]
-        if plan.get("refused"):
-            click.echo(f"would refuse: {plan['refused']}")
-        else:
-            click.echo(f"would rewrite {len(plan['rewrites'])} node(s):")
+    else:
+        click.echo(f"model: {input_path} (IR version {info['ir_version']})")
+        click.echo("opset imports: " + ", ".join(f"{d or 'ai.onnx'}={v}" for d, v in info["opset_imports"].items()))
+        click.echo(f"owned nodes: {len(info['nodes'])}")
+        for n in info["nodes"]:
+            attrs = " ".join(f"{k}={v}" for k, v in n["attributes"].items())
+            click.echo(f"  {n['scope']}: {n['name']} {n['op_type']}-{n['version']} {attrs}".rstrip())
+        if "reachable_opsets" in info:
+            r = info["reachable_opsets"]
+            click.echo(f"converts to opsets {r['lowest']} .. {r['highest']}")
+        if "plan" in info and not refused:
+            plan = info["plan"]
+            expanded = [r for r in plan["rewrites"] if r["rule"] == "function-expansion"]
+            click.echo(f"would rewrite {len(plan['rewrites'])} node(s), {len(expanded)} by expanding a function body:")
             for r in plan["rewrites"]:
+                why = next((h.split(" (", 1)[1].rsplit("): rule", 1)[0] for h in r.get("steps", [])
+                            if "function body" in h and " (" in h), None)
+                how = f"expanded ({why})" if r["rule"] == "function-expansion" and why else f"rule {r['rule']}"
                 click.echo(f"  {r['scope']}: {r['node']} {r['op_type']}-{r['from_version']} -> "
-                           f"{' + '.join(r['emitted'])} (opset {r['to_opset']}, rule {r['rule']})")
+                           f"{' + '.join(r['emitted'])} (opset {r['to_opset']}, {how})")
+    if refused:
+        raise ConversionError(f"would refuse: {refused}")
 
 
 @main.command(epilog=_EPILOG)

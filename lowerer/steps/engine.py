@@ -210,8 +210,9 @@ class StepEngine:
             sv = since_version(node.op_type, source)
             raise ConversionError(
                 f"node {_label(node)} ({node.op_type}-{sv}, in {scope.path}) cannot be converted to opset {target}: "
-                f"the {blamed.op_type} it is rewritten into ({'; '.join(conversion.how) or 'a rule'}) cannot be "
-                f"taken there: {inner}", node=node, scope=scope.path) from None
+                f"it is rewritten ({_first_step(conversion)}) into {'an' if blamed.op_type[0] in 'AEIOU' else 'a'} "
+                f"{blamed.op_type} that cannot be taken there: "
+                f"{inner}", node=node, scope=scope.path) from None
         if nodes is None:
             return None
         if len(nodes) == 1 and not conversion.constants and nodes[0] == node:
@@ -349,6 +350,14 @@ class StepEngine:
             why = f"{op} does not exist at opset {target}"
         return ConversionError(f"node {_label(node)} ({op}-{sv}, in {scope.path}) cannot be converted to opset "
                                f"{target}: {why}", node=node, scope=scope.path)
+
+
+def _first_step(conversion: Conversion) -> str:
+    """How the conversion began, shortly (``LayerNormalization-17 → its function body at opset 17``)."""
+    if not conversion.how:
+        return "by a rule"
+    first = conversion.how[0]
+    return first.split(" (", 1)[0] if " (" in first else first
 
 
 def _label(node: onnx.NodeProto) -> str:
