@@ -100,9 +100,13 @@ def test_inspect_text_and_json(tmp_path: Path) -> None:
     code, stdout, _ = _invoke(["inspect", str(src), "--json"])
     info = json.loads(stdout)
     assert info["default_opset"] == 13 and info["nodes"][0]["op_type"] == "Hardmax"
-    code, stdout, _ = _invoke(["inspect", _write(tmp_path / "u.onnx", unknown_rank_model()).as_posix(),
-                               "--target-opset", "11"])
-    assert code == 0 and "would refuse" in stdout and "rank of input 'h' is unknown" in stdout
+    code, stdout, stderr = _invoke(["inspect", _write(tmp_path / "u.onnx", unknown_rank_model()).as_posix(),
+                                    "--target-opset", "11"])
+    # a dry run that would be refused exits 2, with the refusal as the one error line
+    assert code == 2 and "would refuse" in stderr and "rank of input 'h' is unknown" in stderr
+    assert stderr.count("\n") == 1
+    code, stdout, _ = _invoke(["inspect", str(src), "--reach"])
+    assert code == 0 and "converts to opsets 1 .. " in stdout
 
 
 # -- the bad-input table ---------------------------------------------------------------------------
