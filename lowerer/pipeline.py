@@ -9,7 +9,7 @@ from collections.abc import Callable, Iterable
 import numpy as np
 import onnx
 
-from lowerer.constants import ConstantIndex
+from lowerer.constants import PRODUCERS, ConstantIndex
 from lowerer.errors import ConversionError, InputError
 from lowerer.naming import NameGenerator
 from lowerer.opsets import (
@@ -98,6 +98,7 @@ class _Run:
         self.shapes.snapshot()
         self.constants = ConstantIndex(model, lambda scope, name: _static_dims(self.shapes, scope, name),
                                        lambda scope, name: _rank(self.shapes, scope, name))
+        self.constants.walked = True  # :meth:`scope` notes each root scope's producers as it goes
         self._used: set[str] | None = None
         own = frozenset(n for n in decompose if n in DECOMPOSITIONS)
         self.engine = StepEngine(self.names, self.shapes, self.constants, own, self.used, expansions(decompose))
@@ -122,11 +123,14 @@ class _Run:
         engine = self.engine
         # Per op: True when every node of it is left alone (decided once per op and opsets).
         untouched = engine.untouched_table(source, target) if source is not None and target is not None else {}
+        root = scope.parent is None
         for index, node in enumerate(nodes):
             replacement: list[onnx.NodeProto] | None = None
             domain = node.domain
             if domain == "" or domain == "ai.onnx":  # is_default_domain, inlined: this runs for every node
                 op_type = node.op_type
+                if root and op_type in PRODUCERS:
+                    self.constants.note(scope, node)
                 if op_type in _CONTROL_FLOW:
                     self.subgraphs(node, index, scope)
                 if source is None:
@@ -198,13 +202,6 @@ class _Run:
             return None
         if scope.graph is None:
             conversion = _constants_as_nodes(conversion)
-        gate = self._gates.get(target)
-        if gate is None:
-            imports = {e.domain: e.version for e in self.model.opset_import}
-            imports[""] = target
-            gate = self._gates[target] = NodeGate(imports, max(self.model.ir_version, 8))
-        for made in conversion.nodes:
-            gate.check(made, node, scope.path, target)
         original = onnx.NodeProto()
         original.CopyFrom(node)
         produced = {o for n in conversion.nodes for o in n.output} | {t.name for t in conversion.constants}
@@ -230,12 +227,24 @@ class _Run:
             derived_inputs=self._derived_inputs(node, scope),
             steps=list(conversion.how),
         )
+        # The first rewrite of each pattern: every node it emits checked against its schema at the target,
+        # then (after verification, which names a wrong rewrite better) onnx's strict inference of it.
+        first = self.strict.first(rewrite)
+        if first:
+            gate = self._gates.get(target)
+            if gate is None:
+                imports = {e.domain: e.version for e in self.model.opset_import}
+                imports[""] = target
+                gate = self._gates[target] = NodeGate(imports, max(self.model.ir_version, 8))
+            for made in conversion.nodes:
+                gate.check(made, node, scope.path, target)
         self.report.rewrites.append(rewrite)
-        self.strict(rewrite)
         logger.debug("rewrote %s (%s-%d) in %s into %s", rewrite.node, node.op_type, rewrite.from_version,
                      scope.path, rewrite.emitted)
         if self.verifier is not None:
             self.verifier(rewrite)
+        if first:
+            self.strict(rewrite)
         new_constants.extend(conversion.constants)
         return conversion.nodes
 

@@ -106,18 +106,22 @@ class RewriteChecker:
         self._seen: set[tuple[object, ...]] = set()
         self.complete = True
 
-    def __call__(self, rewrite: Rewrite) -> None:
-        """Check ``rewrite`` (once per distinct one)."""
-        from lowerer.verification.check import canon_of  # the verifier's canonical form: the same dedupe
-        from lowerer.verification.models import small_model
-
+    def first(self, rewrite: Rewrite) -> bool:
+        """Whether ``rewrite`` is the first of its pattern (then it is to be checked); records it."""
         if rewrite.original is None:
             self.complete = False
-            return
+            return False
         key = _pattern(rewrite)
         if key in self._seen:
-            return
+            return False
         self._seen.add(key)
+        return True
+
+    def __call__(self, rewrite: Rewrite) -> None:
+        """Check ``rewrite`` (the first of its pattern: see :meth:`first`)."""
+        from lowerer.verification.check import canon_of  # the verifier's canonical form
+        from lowerer.verification.models import small_model
+
         canon = canon_of(rewrite)
         specs = []
         for c, name in canon.inputs:
