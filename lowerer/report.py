@@ -21,7 +21,7 @@ __all__ = ["SCHEMA_VERSION", "Report", "Rewrite", "tool_versions"]
 
 #: The version of the report's JSON layout: the major number changes when a field is removed or
 #: changes meaning, the minor one when fields are added.
-SCHEMA_VERSION = "2.0"
+SCHEMA_VERSION = "2.1"
 
 #: ``field(metadata=...)`` key: a field that is working data, not part of the JSON record.
 INTERNAL = "lowerer_internal"
@@ -173,6 +173,9 @@ class Report:
     optimization: dict[str, Any] | None = None
     #: The command line that made the report (set by the CLI), for the JSON form.
     command: list[str] | None = None
+    #: ``for_backend`` (``--for``): the backend, the nodes its profile named, what was rewritten, what was
+    #: left (with ``allow_fallback``), and the placement: proven, or per the profile, not proven here.
+    backend: dict[str, Any] | None = None
 
     def __iter__(self) -> Iterator[Rewrite]:
         return iter(self.rewrites)
@@ -204,6 +207,7 @@ class Report:
             "model_check": self.model_check,
             "model_checks": dict(self.model_checks),
             "optimization": self.optimization,
+            "backend": self.backend,
             "unverified_reasons": dict(Counter(r.reason for r in self.rewrites if r.status == "unverified")),
         }
 
