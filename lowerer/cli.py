@@ -301,7 +301,7 @@ def inspect(input_path: Path, target_opset: int | None, decompose: str | None, a
     from lowerer.inspection import inspect_model
 
     if for_backend is not None:  # inspect --for BACKEND (lowerer.backends)
-        from lowerer.backends.lowering import inspect_backend, backend_table
+        from lowerer.backends.lowering import backend_table, inspect_backend
 
         found = inspect_backend(input_path, for_backend, target_opset=target_opset, decompose=decompose)
         for line in ([json.dumps(found, indent=2)] if as_json else backend_table(found)):

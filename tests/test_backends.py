@@ -40,7 +40,8 @@ def _model(nodes: list[onnx.NodeProto], inputs: list[onnx.ValueInfoProto], outpu
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)], ir_version=8)
     inferred = onnx.shape_inference.infer_shapes(model, strict_mode=True)
     known = {vi.name: vi for vi in inferred.graph.value_info}
-    known.update({name: helper.make_tensor_value_info(name, elem, dims) for name, (elem, dims) in (shapes or {}).items()})
+    for name, (elem, dims) in (shapes or {}).items():
+        known[name] = helper.make_tensor_value_info(name, elem, dims)
     del model.graph.output[:]
     model.graph.output.extend(known[o] for o in outputs)
     model.graph.value_info.extend(known[n] for n in shapes or {} if n not in outputs)
@@ -118,7 +119,8 @@ def _constant_inputs_model(extra: list[onnx.NodeProto] | None = None, onehot: bo
         nodes = [n for n in nodes if n.op_type != "OneHot"]
     inits = [_const("zero", [0]), _const("one", [1]), _const("ones3", [1, 1, 2]),
              numpy_helper.from_array(np.array([0, 1], dtype=np.float32), "onoff")]
-    outs = ["r", *(["oh"] if onehot else []), "sl", "rm", "rs", "sq", "ex", "ti"] + [o for n in extra or [] for o in n.output]
+    outs = ["r", *(["oh"] if onehot else []), "sl", "rm", "rs", "sq", "ex", "ti"]
+    outs += [o for n in extra or [] for o in n.output]
     return _model(nodes, [x, ids], outs, 18, inits,
                   {"rm": (F, [2, 1, 4]), "rs": (F, [2, 4]), "sq": (F, [2, 3, 4]), "us": (F, [1, 2, 3, 4])})
 
@@ -141,6 +143,8 @@ def _cases() -> list[tuple[str, str, onnx.ModelProto]]:
                             [helper.make_tensor_value_info("p", BF16, [1, 2, 3, 3])], ["g"], 22)
     return [
         ("cpu", "cpu", _cpu_model()),
+        ("cuda-7", "cuda", _hardmax_and_argmax(7)),
+        ("cuda-11", "cuda", _hardmax_and_argmax(11)),
         ("cuda-13", "cuda", _hardmax_and_argmax(13)),
         ("cuda-bf16-pool", "cuda", cuda_bf16_pool),
         ("dml", "dml", _constant_inputs_model()),
@@ -410,3 +414,37 @@ def test_report_records_backend(tmp_path: Path) -> None:
     schema = json.loads((Path(lowerer.__file__).parent / "report.schema.json").read_text())
     validate(data, schema)
     assert data["summary"]["backend"]["placement"] == PROVEN
+
+
+def test_strict_session_leaves_the_cpu_provider_out() -> None:
+    """onnxruntime refuses CPU in the provider list together with disabled fallback; the strict session omits it."""
+    from types import SimpleNamespace
+
+    from lowerer.verification.runner import SessionMaker
+
+    options = ort.SessionOptions()
+    options.add_session_config_entry("session.disable_cpu_ep_fallback", "1")
+    with pytest.raises(Exception, match="Conflicting session configuration"):
+        ort.InferenceSession(_hardmax_and_argmax(13).SerializeToString(), options,
+                             providers=["CPUExecutionProvider"])
+    seen: list[list[str]] = []
+
+    class Options:
+        def __init__(self) -> None:
+            self.entries: dict[str, str] = {}
+
+        def add_session_config_entry(self, key: str, value: str) -> None:
+            self.entries[key] = value
+
+    def session(data: bytes, so: Options, providers: list[str]) -> object:
+        seen.append(list(providers))
+        if so.entries.get("session.disable_cpu_ep_fallback") == "1" and "CPUExecutionProvider" in providers:
+            raise RuntimeError("Conflicting session configuration")
+        return object()
+
+    maker = SessionMaker(["CUDAExecutionProvider", "CPUExecutionProvider"])
+    maker._ort = SimpleNamespace(SessionOptions=Options, InferenceSession=session,
+                                 GraphOptimizationLevel=SimpleNamespace(ORT_DISABLE_ALL=0))
+    engine = maker.create(b"model")
+    assert not isinstance(engine, str)
+    assert engine.placement is None and seen == [["CUDAExecutionProvider"]]

@@ -166,7 +166,7 @@ _FORM_RULES = frozenset({"hardmax-decomposition", "globalmaxpool-decomposition",
 
 
 def inspect_backend(path: object, for_backend: str, *, target_opset: int | None = None,
-                    decompose: object = None) -> dict[str, Any]:
+                    decompose: str | list[str] | None = None) -> dict[str, Any]:
     """What ``--for BACKEND`` would do to the model at ``path`` (a dry run, nothing verified or written).
 
     Returns the backend, its provider, and one record per node the profile names: where it is, why

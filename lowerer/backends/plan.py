@@ -97,7 +97,9 @@ class BackendPlan:
 
     def _keep(self, entry: Entry, version: int) -> Callable[[onnx.NodeProto, Scope, ConversionError], bool]:
         def keep(node: onnx.NodeProto, scope: Scope, refused: ConversionError) -> bool:
-            name = node.name or f"<unnamed {node.op_type}>"
+            # Named as the report and scan() name it: an unnamed node by its op and index in its scope.
+            index = next((i for i, n in enumerate(scope.holder.node) if n == node), -1)
+            name = node.name or f"{node.op_type}#{index}"
             finding = Finding(scope.path, name, node.op_type, version, entry)
             self.kept[(scope.path, name)] = Kept(finding, str(refused))
             return True
