@@ -139,6 +139,10 @@ def _cases() -> list[tuple[str, str, onnx.ModelProto]]:
                     helper.make_node("LogSoftmax", ["x"], ["l"], name="logsoftmax", axis=0)],
                    [helper.make_tensor_value_info("p", F, [1, 2, 2, 3, 2]),
                     helper.make_tensor_value_info("x", F, [2, 3, 4])], ["g", "h", "l"], 18)
+    softmax_2d_meaning = _model([helper.make_node("Softmax", ["x"], ["s"], name="softmax_static", axis=1),
+                                 helper.make_node("Softmax", ["d"], ["t"], name="softmax_dynamic", axis=0)],
+                                [helper.make_tensor_value_info("x", F, [2, 3, 4]),
+                                 helper.make_tensor_value_info("d", F, ["n", 3])], ["s", "t"], 11)
     cuda_bf16_pool = _model([helper.make_node("GlobalMaxPool", ["p"], ["g"], name="pool_bf16")],
                             [helper.make_tensor_value_info("p", BF16, [1, 2, 3, 3])], ["g"], 22)
     return [
@@ -161,6 +165,7 @@ def _cases() -> list[tuple[str, str, onnx.ModelProto]]:
                                helper.make_tensor_value_info("x", F, [2, 3])], ["g", "h"], 13)),
         ("webgpu", "webgpu", pool5),
         ("webgpu<1.20", "webgpu<1.20", softmaxes),
+        ("webgpu<1.20-opset11", "webgpu<1.20", softmax_2d_meaning),
         ("webnn-constants", "webnn", _constant_inputs_model([helper.make_node("Hardmax", ["x"], ["h"], name="hard",
                                                                                axis=1)], onehot=False)),
         ("webnn-pool", "webnn", pool5),
@@ -448,3 +453,10 @@ def test_strict_session_leaves_the_cpu_provider_out() -> None:
     engine = maker.create(b"model")
     assert not isinstance(engine, str)
     assert engine.placement is None and seen == [["CUDAExecutionProvider"]]
+
+
+def test_opset_onnxruntime_does_not_load_is_not_proven() -> None:
+    result = lowerer.convert(_hardmax_and_argmax(13), target_opset=6, for_backend="cpu")
+    assert result.report.backend is not None
+    assert result.report.backend["placement"] == NOT_PROVEN
+    assert "not 6" in result.report.backend["placement_detail"]

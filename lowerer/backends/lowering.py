@@ -126,9 +126,15 @@ def prove(model: onnx.ModelProto, plan: BackendPlan, report: Report, data_dir: o
     from lowerer.backends.proof import FAILED, NOT_PROVEN, Placement, prove_placement
     from lowerer.errors import VerificationError
     from lowerer.model_io import external_data_locations
+    from lowerer.opsets import default_opset
+    from lowerer.validation import MIN_ORT_OPSET, max_ort_opset
 
     provider = plan.profile.provider
-    if data_dir is None and external_data_locations(model):
+    opset = default_opset(model.opset_import)
+    if opset is not None and not MIN_ORT_OPSET <= opset <= max_ort_opset():
+        placement = Placement(NOT_PROVEN, provider, f"onnxruntime loads default-domain opsets {MIN_ORT_OPSET} to "
+                                                    f"{max_ort_opset()}, not {opset}")
+    elif data_dir is None and external_data_locations(model):
         placement = Placement(NOT_PROVEN, provider, "the model's weights are in external data and no folder is "
                                                     "known to read them from (give a path)")
     else:
