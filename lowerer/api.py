@@ -50,19 +50,22 @@ def convert(model: onnx.ModelProto, *, target_opset: int | None = ..., decompose
             verify: bool = ..., providers: Sequence[str] | None = ..., seed: int = ...,
             verify_model: bool | ModelCheckOptions = ..., optimize: bool | ModelCheckOptions = ...,
             progress: ProgressCallback | None = ..., max_ulp: int | None = ...,
-            exact: bool = ...) -> ConvertResult[onnx.ModelProto]: ...
+            exact: bool = ..., for_backend: str | None = ...,
+            allow_fallback: bool = ...) -> ConvertResult[onnx.ModelProto]: ...
 @overload
 def convert(model: str | os.PathLike[str], *, target_opset: int | None = ..., decompose: Iterable[str] | str = ...,
             verify: bool = ..., providers: Sequence[str] | None = ..., seed: int = ...,
             verify_model: bool | ModelCheckOptions = ..., optimize: bool | ModelCheckOptions = ...,
             progress: ProgressCallback | None = ..., max_ulp: int | None = ...,
-            exact: bool = ...) -> ConvertResult[onnx.ModelProto]: ...
+            exact: bool = ..., for_backend: str | None = ...,
+            allow_fallback: bool = ...) -> ConvertResult[onnx.ModelProto]: ...
 @overload
 def convert(model: ir.Model | HasIrModel, *, target_opset: int | None = ..., decompose: Iterable[str] | str = ...,
             verify: bool = ..., providers: Sequence[str] | None = ..., seed: int = ...,
             verify_model: bool | ModelCheckOptions = ..., optimize: bool | ModelCheckOptions = ...,
             progress: ProgressCallback | None = ..., max_ulp: int | None = ...,
-            exact: bool = ...) -> ConvertResult[ir.Model]: ...
+            exact: bool = ..., for_backend: str | None = ...,
+            allow_fallback: bool = ...) -> ConvertResult[ir.Model]: ...
 
 
 def convert(
@@ -78,6 +81,8 @@ def convert(
     progress: ProgressCallback | None = None,
     max_ulp: int | None = None,
     exact: bool = False,
+    for_backend: str | None = None,
+    allow_fallback: bool = False,
 ) -> ConvertResult[onnx.ModelProto] | ConvertResult[ir.Model]:
     """Convert a model to ``target_opset`` and/or decompose ops, verifying each rewrite.
 
@@ -110,6 +115,14 @@ def convert(
             :data:`lowerer.verification.compare.EXPANSION_ULPS`; see the README's "Verification").
         exact: accept no difference at all (expansions and computing kernels must be bit-identical on
             the verification inputs).
+        for_backend: a backend (``cpu``, ``cuda``, ``dml``, ``tensorrt`` (``tensorrt<9.2`` ...), ``openvino``,
+            ``coreml``, ``qnn``, ``webgpu``, ``webnn``): after the target opset and ``decompose``, rewrite
+            exactly the nodes its profile (``lowerer/backends/<name>.json``) names with exact forms, each
+            verified; where its onnxruntime provider is installed, prove the placement (the model opens
+            with that provider and CPU fallback disabled). ``report.backend`` says what was done and
+            whether placement was proven (see :mod:`lowerer.backends`).
+        allow_fallback: with ``for_backend``, keep a node the profile names that no exact form replaces
+            (a warning), and accept an unproven placement, instead of refusing.
 
     Returns:
         A :class:`ConvertResult` whose ``model`` is the same kind as given (an ``onnx_ir.Model``
@@ -149,6 +162,13 @@ def convert(
     seed = seed_value(seed)
     progress = check_progress(progress)
     options = _model_check_options(verify_model)
+    plan = None
+    if for_backend is not None:  # --for BACKEND (lowerer.backends)
+        from lowerer.backends.lowering import make_plan
+
+        plan = make_plan(for_backend, allow_fallback)
+    elif allow_fallback is not False:
+        raise InputError("allow_fallback goes with for_backend (a backend name)")
 
     kind = "proto"
     source_dir: Path | None = None
@@ -207,12 +227,16 @@ def convert(
         report = run_pipeline(proto, target_opset=target_opset, decompose=names,
                               verifier=_recording(verifier, seen) if verifier is not None else None,
                               serialized=serialized)
+        if plan is not None:
+            from lowerer.backends.lowering import lower
+
+            report = lower(proto, plan, report, _recording(verifier, seen) if verifier is not None else None)
     except VerificationError as e:  # the report so far, the failing rewrite last, for the user to read
         e.report = Report(rewrites=seen, source_opset=default_opset(proto.opset_import), target_opset=target_opset,
                           decompose=tuple(sorted(names)), verification=verifier.summary() if verifier else None,
                           notes=["verification failed: the conversion stopped at the last rewrite listed"])
         raise
-    if target_opset is not None or report.decompose:
+    if target_opset is not None or report.decompose or plan is not None:
         from lowerer.validation import check_loads, check_output
 
         check_output(proto, serialized if serialized is not None else original, target_opset,
@@ -247,6 +271,10 @@ def convert(
         optimize_options = options if optimize is True else _model_check_options(optimize, "optimize")
         proto = optimize_model(proto, source_dir, report=report, options=optimize_options, providers=chosen,
                                seed=seed, progress=progress)
+    if plan is not None:
+        from lowerer.backends.lowering import prove
+
+        prove(proto, plan, report, source_dir)
     if kind == "ir":
         return ConvertResult(_to_ir(proto), report)
     return ConvertResult(proto, report)

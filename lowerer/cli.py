@@ -41,7 +41,9 @@ Examples:
   lowerer convert model.onnx -o model-11.onnx --target-opset 11
   lowerer convert model.onnx -o lowered.onnx --decompose hardmax,globalmaxpool
   lowerer convert model.onnx -o out.onnx --target-opset 13 --report report.json
+  lowerer convert model.onnx -o model-cuda.onnx --for cuda
   lowerer inspect model.onnx --target-opset 11
+  lowerer inspect model.onnx --for coreml
   lowerer verify original.onnx converted.onnx --rtol 1e-6 --input-shapes ids:1x128
 
 \b
@@ -110,6 +112,17 @@ def _providers_option(fn: Callable[..., Any]) -> Callable[..., Any]:
                            "(default: CUDA, then DirectML, then CPU, whichever onnxruntime offers).")(fn)
     fn = click.option("--seed", type=click.IntRange(min=0), default=0, show_default=True,
                       help="Seed of the generated verification inputs.")(fn)
+    return fn
+
+
+def _backend_options(fn: Callable[..., Any]) -> Callable[..., Any]:
+    fn = click.option("--allow-fallback", is_flag=True,
+                      help="With --for: keep a node the backend cannot run and lowerer has no exact form for (a "
+                           "warning line names it), and accept an unproven placement, instead of refusing.")(fn)
+    fn = click.option("--for", "for_backend", metavar="BACKEND", default=None,
+                      help="Lower for a backend: cpu, cuda, dml, tensorrt (e.g. tensorrt<9.2), openvino, coreml, qnn, "
+                           "webgpu, webnn. Rewrites exactly the nodes its profile names, with exact forms, each "
+                           "verified; proves the placement where its onnxruntime provider is installed.")(fn)
     return fn
 
 
@@ -183,6 +196,7 @@ def main() -> None:
 @click.option("--optimize", is_flag=True,
               help="Then fold constant shape arithmetic and remove dead nodes with onnxscript's optimizer, and "
                    "check that the optimized model computes the same outputs (needs onnxscript).")
+@_backend_options  # --for BACKEND, --allow-fallback (lowerer.backends)
 @_providers_option
 @model_check_options
 @verbosity_options
@@ -190,7 +204,7 @@ def main() -> None:
 def convert(input_path: Path, output_path: Path, target_opset: int | None, decompose: str | None,
             report_path: Path | None, verify: bool, verify_model: bool, providers: str | None,
             seed: int, external_data: str | None = None, optimize: bool = False, exact: bool = False,
-            **check: Any) -> None:
+            for_backend: str | None = None, allow_fallback: bool = False, **check: Any) -> None:
     """Convert IN.onnx and write OUT.onnx.
 
     Nothing is written when a node cannot be converted exactly (exit 2) or a rewrite fails
@@ -209,8 +223,14 @@ def convert(input_path: Path, output_path: Path, target_opset: int | None, decom
 
         check_target_opset(target_opset)
     names = decompose_names(decompose)
-    if target_opset is None and not names:
-        raise click.UsageError("nothing to do: give --target-opset and/or --decompose")
+    if allow_fallback and for_backend is None:
+        raise click.UsageError("--allow-fallback goes with --for BACKEND")
+    if target_opset is None and not names and for_backend is None:
+        raise click.UsageError("nothing to do: give --target-opset, --decompose and/or --for")
+    if for_backend is not None:
+        from lowerer.backends.lowering import make_plan
+
+        make_plan(for_backend, allow_fallback)  # an unknown backend is refused before the model is read
     max_ulp = check.get("max_ulp")  # also the expansions' budget: not a whole-model option alone
     given = any_model_check_option({k: v for k, v in check.items() if k != "max_ulp"})
     if given and not (verify_model or optimize):
@@ -233,7 +253,8 @@ def convert(input_path: Path, output_path: Path, target_opset: int | None, decom
                                    providers=chosen, seed=seed, max_ulp=max_ulp, exact=exact,
                                    verify_model=options if verify_model and options is not None else False,
                                    optimize=options if optimize and options is not None else False,
-                                   progress=progress if progress.enabled else None)
+                                   progress=progress if progress.enabled else None,
+                                   for_backend=for_backend, allow_fallback=allow_fallback)
         except VerificationError as e:
             if plan.report is not None and e.report is not None:  # the failing record, for the user to read
                 write_outputs(plan, None, e.report.to_json(command=command))
@@ -248,6 +269,10 @@ def convert(input_path: Path, output_path: Path, target_opset: int | None, decom
         progress.close()
     level = verbosity()
     print_convert_summary(report, level)
+    if level >= 0 and report.backend is not None:
+        from lowerer.backends.lowering import placement_line
+
+        click.echo(placement_line(report.backend), err=True)
     if level >= 0:
         click.echo(f"wrote {one_line(str(output_path))}", err=True)
 
@@ -270,18 +295,29 @@ def _check_save_inputs(path: Path, reads: list[Path], writes: list[Path]) -> Non
 @click.option("--decompose", default=None, metavar="NAMES", help="Show what these decompositions would do.")
 @click.option("--reach", is_flag=True, help="Also find the lowest and highest opsets the model converts to.")
 @click.option("--json", "as_json", is_flag=True, help="Print JSON instead of text.")
+@click.option("--for", "for_backend", metavar="BACKEND", default=None,
+              help="List the nodes BACKEND cannot run (per its profile) and what lowerer would do with each.")
 @verbosity_options
 @_guard
-def inspect(input_path: Path, target_opset: int | None, decompose: str | None, reach: bool, as_json: bool) -> None:
+def inspect(input_path: Path, target_opset: int | None, decompose: str | None, reach: bool, as_json: bool,
+            for_backend: str | None = None) -> None:
     """Show IN.onnx's opsets, the nodes lowerer owns, and what a conversion would do (writes nothing).
 
     With --target-opset or --decompose it is a dry run of the conversion (without verification):
     each rewrite it would make (rule, or the function body a node would be expanded into, and why);
-    exit 2 with the refusal when the conversion would be refused.
+    exit 2 with the refusal when the conversion would be refused. With --for, the nodes BACKEND
+    cannot run and what lowerer would do with each.
     """
     from lowerer.errors import ConversionError
     from lowerer.inspection import inspect_model
 
+    if for_backend is not None:  # inspect --for BACKEND (lowerer.backends)
+        from lowerer.backends.lowering import backend_table, inspect_backend
+
+        found = inspect_backend(input_path, for_backend, target_opset=target_opset, decompose=decompose)
+        for line in ([json.dumps(found, indent=2)] if as_json else backend_table(found)):
+            click.echo(line)
+        return
     info = inspect_model(input_path, target_opset=target_opset, decompose=decompose, reach=reach)
     refused = info.get("plan", {}).get("refused")
     if as_json:

@@ -144,6 +144,25 @@ class ConstantIndex:
             s = s.parent
         return None
 
+    def is_literal(self, scope: Scope, name: str) -> bool:
+        """Whether ``name`` is a literal constant in ``scope``: an initializer no caller feeds, or a Constant's output.
+
+        Backends that want an input constant (a shape, axes, a depth) take these as they are; a value
+        :meth:`value` folds from a computation is constant too, but only once written as one.
+        """
+        s: Scope | None = scope
+        while s is not None:
+            table = self._table(s)
+            if name in table.tensors:
+                return True
+            if name in table.nodes:
+                node = table.nodes[name]
+                return node.op_type == "Constant" and node.domain in ("", "ai.onnx")
+            if s.graph is not None and any(vi.name == name for vi in s.graph.input):
+                return False
+            s = s.parent
+        return False
+
     def _compute(self, scope: Scope, table: _ScopeConstants, name: str, depth: int) -> np.ndarray | None:
         tensor = table.tensors.get(name)
         if tensor is not None:

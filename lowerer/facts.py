@@ -111,6 +111,15 @@ class Facts:
             return None
         return self._constants.value(self.scope, name)
 
+    def is_literal(self, name: str) -> bool:
+        """Whether ``name`` is a literal constant (:meth:`ConstantIndex.is_literal`); constants made here count."""
+        if not name:
+            return False
+        if self.is_new(name):
+            made = self._producers.get(name)
+            return name in self._values or (made is not None and made[0].op_type == "Constant")
+        return self._constants.is_literal(self.scope, name)
+
     def type_str(self, name: str) -> str | None:
         """The schema spelling of ``name``'s type (``tensor(float)``, ``seq(tensor(int64))``), or None."""
         if name in self._types or name in self._producers:

@@ -22,7 +22,7 @@ from lowerer.opsets import (
 from lowerer.report import Report, Rewrite
 from lowerer.rules import DECOMPOSITIONS
 from lowerer.scopes import Scope, iter_scopes, subgraphs_of
-from lowerer.steps.engine import Conversion, StepEngine
+from lowerer.steps.engine import Conversion, Picker, StepEngine
 from lowerer.validation import NodeGate, RewriteChecker
 
 __all__ = ["Verifier", "expansions", "normalize_decompose", "refuse_attribute_references", "run_pipeline"]
@@ -86,7 +86,8 @@ def expansions(names: frozenset[str]) -> frozenset[str]:
 
 class _Run:
     def __init__(self, model: onnx.ModelProto, target: int | None, decompose: frozenset[str],
-                 verifier: Verifier | None, serialized: bytes | None = None) -> None:
+                 verifier: Verifier | None, serialized: bytes | None = None, picker: Picker | None = None,
+                 picked_ops: frozenset[str] = frozenset()) -> None:
         from lowerer.shapes import ShapeIndex
 
         self.model = model
@@ -101,7 +102,8 @@ class _Run:
         self.constants.walked = True  # :meth:`scope` notes each root scope's producers as it goes
         self._used: set[str] | None = None
         own = frozenset(n for n in decompose if n in DECOMPOSITIONS)
-        self.engine = StepEngine(self.names, self.shapes, self.constants, own, self.used, expansions(decompose))
+        self.engine = StepEngine(self.names, self.shapes, self.constants, own, self.used, expansions(decompose),
+                                 picker, picked_ops)  # picker: --for BACKEND (lowerer.backends)
         self._gates: dict[int, NodeGate] = {}
         self.strict = RewriteChecker()
         self.report = Report(target_opset=target, decompose=tuple(sorted(decompose)))
@@ -379,13 +381,16 @@ def run_pipeline(
     decompose: Iterable[str] | str | None = None,
     verifier: Verifier | None = None,
     serialized: bytes | None = None,
+    picker: Picker | None = None,
+    picked_ops: frozenset[str] = frozenset(),
 ) -> Report:
     """Convert ``model`` in place to ``target_opset`` and apply the decompositions.
 
     Only nodes whose op changes version (or is decomposed) are touched. Returns the report.
     ``serialized``, when the caller has it (the bytes the model was parsed from), saves work: no
     scan for name collisions when no name can collide, and shape inference (when a step needs
-    it) runs on those bytes without serializing.
+    it) runs on those bytes without serializing. ``picker`` picks a form per node of ``picked_ops``
+    (a backend profile, :mod:`lowerer.backends`), before decompositions and version steps.
 
     Raises:
         InputError: bad options or a model lowerer cannot read.
@@ -396,11 +401,11 @@ def run_pipeline(
         check_target_opset(target_opset)
     names = normalize_decompose(decompose)
     source_opset = default_opset(model.opset_import)
-    if target_opset is None and not names:
+    if target_opset is None and not names and picker is None:
         report = Report(target_opset=None, decompose=())
         report.source_opset = source_opset
         return report
-    run = _Run(model, target_opset, names, verifier, serialized)
+    run = _Run(model, target_opset, names, verifier, serialized, picker, picked_ops)
     run.report.source_opset = source_opset
     # The scan makes many small objects and no reference cycles: the cyclic collector's full passes
     # over them cost time that grows faster than the model (about 12% at 200k nodes). Off meanwhile.

@@ -21,7 +21,7 @@ __all__ = ["SCHEMA_VERSION", "Report", "Rewrite", "tool_versions"]
 
 #: The version of the report's JSON layout: the major number changes when a field is removed or
 #: changes meaning, the minor one when fields are added.
-SCHEMA_VERSION = "2.0"
+SCHEMA_VERSION = "2.1"
 
 #: ``field(metadata=...)`` key: a field that is working data, not part of the JSON record.
 INTERNAL = "lowerer_internal"
@@ -176,6 +176,9 @@ class Report:
     #: Whether the input passed onnx's strict inference during the conversion, and every distinct
     #: rewrite passed its own (what lets the validation gate skip the whole-model inference).
     strictly_checked: bool = field(default=False, repr=False, metadata={INTERNAL: True})
+    #: ``for_backend`` (``--for``): the backend, the nodes its profile named, what was rewritten, what was
+    #: left (with ``allow_fallback``), and the placement: proven, or per the profile, not proven here.
+    backend: dict[str, Any] | None = None
 
     def __iter__(self) -> Iterator[Rewrite]:
         return iter(self.rewrites)
@@ -207,6 +210,7 @@ class Report:
             "model_check": self.model_check,
             "model_checks": dict(self.model_checks),
             "optimization": self.optimization,
+            "backend": self.backend,
             "unverified_reasons": dict(Counter(r.reason for r in self.rewrites if r.status == "unverified")),
         }
 

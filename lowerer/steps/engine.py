@@ -42,7 +42,7 @@ from lowerer.steps.changes import (
 from lowerer.steps.registry import DOWN, UP, adapter_for, adapter_name, span_rule
 from lowerer.steps.table import step as table_step
 
-__all__ = ["Conversion", "StepEngine", "first_version"]
+__all__ = ["Conversion", "Pick", "Picker", "StepEngine", "first_version"]
 
 logger = logging.getLogger(__name__)
 
@@ -64,6 +64,26 @@ class Conversion:
     first_name: str = ""
     #: Whether a function body was expanded (its arithmetic may round differently: judged by a budget).
     expanded: bool = False
+
+
+@dataclass(frozen=True)
+class Pick:
+    """A form the caller picked for one node (``--for BACKEND``: see :mod:`lowerer.backends`).
+
+    Attributes:
+        rule: the rule to apply; None expands the node into its function body.
+        at_source: the rule writes the node at its own opset; what it makes then goes on to the target.
+        keep_if_refused: called with the refusal when the rule cannot make the node; True keeps the node
+            as it is (a backend fallback the caller allowed), False lets the refusal stand.
+    """
+
+    rule: object | None
+    at_source: bool = False
+    keep_if_refused: Callable[[onnx.NodeProto, Scope, ConversionError], bool] | None = None
+
+
+#: Given a default-domain node, its scope, its since-version and the facts, a :class:`Pick` or None.
+Picker = Callable[[onnx.NodeProto, Scope, int, Facts], "Pick | None"]
 
 
 @functools.lru_cache(maxsize=1024)
@@ -108,17 +128,24 @@ class StepEngine:
         constants: constant values of the model's values.
         decompose: names of the decompositions the caller asked for.
         used: whether a value is read anywhere (for outputs a step removes).
+        expand: ops to expand into their function bodies.
+        picker: picks a form per node of ``picked_ops`` (a backend profile), before anything else.
+        picked_ops: the ops ``picker`` is asked about.
     """
 
     def __init__(self, names: NameGenerator, shapes: ShapeIndex, constants: ConstantIndex,
                  decompose: frozenset[str] = frozenset(), used: Callable[[str], bool] = lambda name: True,
-                 expand: frozenset[str] = frozenset()) -> None:
+                 expand: frozenset[str] = frozenset(), picker: Picker | None = None,
+                 picked_ops: frozenset[str] = frozenset()) -> None:
         self.names = names
         self.shapes = shapes
         self.constants = constants
         self.decompose = decompose
         #: Ops the caller asked to expand into their function bodies (by op name).
         self.expand = expand
+        #: Per-node forms a backend profile picks (``--for``), for nodes of ``picked_ops``.
+        self.picker = picker
+        self.picked_ops = picked_ops if picker is not None else frozenset()
         self._used = used
         self._untouched: dict[tuple[str, int, int], bool] = {}
         self._tables: dict[tuple[int, int], dict[str, bool]] = {}
@@ -142,6 +169,8 @@ class StepEngine:
         op = node.op_type
         if self.untouched(op, source, target):
             return True
+        if op in self.picked_ops:
+            return False
         rule = span_rule(op)
         if rule is None or rule.decomposition is not None or self._decomposition(op) is not None:
             return False
@@ -155,7 +184,8 @@ class StepEngine:
         return not wants
 
     def _decide_untouched(self, op: str, source: int, target: int) -> bool:
-        if span_rule(op) is not None or self._decomposition(op) is not None or op in self.expand:
+        if span_rule(op) is not None or self._decomposition(op) is not None or op in self.expand or \
+                op in self.picked_ops:
             return False
         sv, tv = since_version(op, source), since_version(op, target)
         if sv is None or tv is None:
@@ -230,6 +260,13 @@ class StepEngine:
         if sv is None:
             raise ConversionError(f"node {_label(node)} ({op}, in {scope.path}): default-domain opset {at} has "
                                   f"no op {op!r}", node=node, scope=scope.path)
+        if op in self.picked_ops:
+            assert self.picker is not None
+            pick = self.picker(node, scope, sv, facts)
+            if pick is not None:
+                picked = self._apply_pick(pick, node, scope, at, sv, target, facts, conversion)
+                if picked is not None:
+                    return picked
         decomposition = self._decomposition(op)
         if decomposition is not None:
             return self._apply_rule(decomposition, node, scope, sv, target, facts, conversion)
@@ -326,6 +363,33 @@ class StepEngine:
             further = self._to(made, scope, opset, target, facts, conversion)
             out.extend([made] if further is None else further)
         return out
+
+    def _apply_pick(self, pick: Pick, node: onnx.NodeProto, scope: Scope, at: int, sv: int, target: int,
+                    facts: Facts, conversion: Conversion) -> list[onnx.NodeProto] | None:
+        """``node`` made by the picked form; None when the form refused and the caller keeps the node as is."""
+        kept_constants, kept_how = len(conversion.constants), len(conversion.how)
+        try:
+            if pick.rule is None:
+                if not has_body(node.op_type, sv):
+                    raise ConversionError(
+                        f"node {_label(node)} ({node.op_type}-{sv}, in {scope.path}) cannot be expanded: "
+                        f"{node.op_type}-{sv} has no function body in onnx's schemas", node=node, scope=scope.path)
+                return self._expand(node, scope, sv, target, facts, conversion, "the backend profile names it")
+            if not pick.at_source:
+                return self._apply_rule(pick.rule, node, scope, sv, target, facts, conversion)
+            made = self._apply_rule(pick.rule, node, scope, sv, at, facts, conversion)
+            out: list[onnx.NodeProto] = []
+            for n in made:
+                self._subgraphs_to(n, scope, at, target, facts, conversion)
+                further = self._to(n, scope, at, target, facts, conversion)
+                out.extend([n] if further is None else further)
+            return out
+        except ConversionError as refused:
+            if pick.keep_if_refused is None or not pick.keep_if_refused(node, scope, refused):
+                raise
+            del conversion.constants[kept_constants:]
+            del conversion.how[kept_how:]
+            return None
 
     def _apply_rule(self, rule: object, node: onnx.NodeProto, scope: Scope, sv: int, target: int, facts: Facts,
                     conversion: Conversion) -> list[onnx.NodeProto]:

@@ -140,8 +140,10 @@ class SessionMaker:
         primary = self.providers[0]
         if primary != CPU:
             try:
+                # Without the CPU provider: onnxruntime refuses CPU in the list together with disabled fallback
+                # ("Conflicting session configuration"), which would make every strict attempt fail.
                 session = self._ort.InferenceSession(data, self._options(strict=True, data_dir=folder),
-                                                     providers=self.providers)
+                                                     providers=[p for p in self.providers if p != CPU])
                 self.sessions += 1
                 return OrtEngine(session, primary, None)
             except Exception as e:

@@ -1,0 +1,15 @@
+"""Lowering for a named backend (``--for BACKEND``): profiles as data, the plan, the proof of placement.
+
+* :mod:`lowerer.backends.profile`: the profiles (``<name>.json`` beside this file), loaded and checked;
+* :mod:`lowerer.backends.plan`: which nodes a profile names and the exact form each gets (the step
+  engine's picker), and :func:`scan` of a whole model;
+* :mod:`lowerer.backends.proof`: the converted model opened with the backend's execution provider and
+  ``session.disable_cpu_ep_fallback=1``, where that provider is installed;
+* :mod:`lowerer.backends.lowering`: what :func:`lowerer.convert` (``for_backend=``) and ``inspect --for`` do.
+"""
+
+from __future__ import annotations
+
+from lowerer.backends.profile import BACKENDS, REWRITES, Entry, Profile, backend_names, load_profile
+
+__all__ = ["BACKENDS", "REWRITES", "Entry", "Profile", "backend_names", "load_profile"]

@@ -1,0 +1,254 @@
+"""What ``for_backend=`` (``--for BACKEND``) does to a converted model, and what ``inspect --for`` shows.
+
+The model is first taken to the target opset (and through ``decompose``) as usual; then the
+backend's profile is applied to the model at that opset, in a second scan of the step engine whose
+picker is the profile (:class:`~lowerer.backends.plan.BackendPlan`): exactly the nodes the profile
+names are rewritten, with lowerer's exact forms, each rewrite verified like any other. A node the
+profile names that no exact form replaces is refused with one line (before the second scan, for
+nodes whose entry has no form), or kept as it is with a warning line when the caller allows the
+backend's fallback. The converted model is then scanned again: nothing the profile names may be left.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+import onnx
+
+from lowerer.backends.plan import BackendPlan, Finding, Kept, scan
+from lowerer.backends.profile import Profile, load_profile
+from lowerer.errors import ConversionError
+from lowerer.report import Report
+
+__all__ = ["backend_record", "lower", "make_plan", "prove", "refusal"]
+
+logger = logging.getLogger(__name__)
+
+
+def make_plan(for_backend: object, allow_fallback: object) -> BackendPlan:
+    """The plan for ``for_backend`` (a backend spec such as ``cuda`` or ``tensorrt<9.2``).
+
+    Raises:
+        InputError: an unknown backend or a malformed spec, or ``allow_fallback`` not a bool.
+    """
+    from lowerer.options import check_flag
+
+    allow = check_flag(allow_fallback, "allow_fallback")
+    return BackendPlan(load_profile(for_backend), allow_fallback=allow)
+
+
+def refusal(finding: Finding, profile: Profile, reason: str, more: list[Finding]) -> str:
+    """The one-line refusal for a node the profile names that stays (and how many more do)."""
+    others = ""
+    if more:
+        shown = ", ".join(f.label() for f in more[:3])
+        others = f"; also {len(more)} more node(s): {shown}{' ...' if len(more) > 3 else ''}"
+    return (f"node {finding.label()}: {profile.spec} cannot run it ({finding.entry.why}; source: "
+            f"{finding.entry.source}), and {reason}; --allow-fallback (API: allow_fallback=True) keeps it "
+            f"for onnxruntime's fallback{others}")
+
+
+def lower(model: onnx.ModelProto, plan: BackendPlan, report: Report,
+          verifier: Any = None, warn: bool = True) -> Report:
+    """Rewrite, in place, the nodes of ``model`` that ``plan``'s profile names; ``report`` merged with this pass.
+
+    ``warn``: log one warning line per node kept as it is (``allow_fallback``); a dry run does not.
+
+    Raises:
+        ConversionError: a node the profile names has no exact form (or its form refuses, or it is left),
+            unless the plan allows fallback.
+        VerificationError: a rewrite computed different numbers (raised by ``verifier``).
+    """
+    from lowerer.pipeline import run_pipeline
+
+    profile = plan.profile
+    named = scan(model, profile)
+    no_form = [f for f in named if f.entry.rewrite is None]
+    if no_form and not plan.allow_fallback:
+        raise ConversionError(refusal(no_form[0], profile, "lowerer has no exact form for it", no_form[1:]))
+    second = Report()
+    left = no_form
+    if any(f.entry.rewrite is not None for f in named):
+        second = run_pipeline(model, verifier=verifier, picker=plan.pick, picked_ops=plan.picked_ops)
+        left = scan(model, profile)
+    before = {(f.scope, f.node) for f in named}
+    kept: list[Kept] = []
+    for finding in left:
+        earlier = plan.kept.get((finding.scope, finding.node))
+        if earlier is not None:
+            reason = f"its form ({finding.entry.rewrite}) refused: {earlier.reason}"
+        elif (finding.scope, finding.node) not in before:
+            reason = "a rewrite for this backend made it (its exact form needs this op)"
+        elif finding.entry.rewrite is None:
+            reason = "lowerer has no exact form for it"
+        else:
+            reason = f"it is still there after its form ({finding.entry.rewrite})"
+        kept.append(Kept(finding, reason))
+    if kept and not plan.allow_fallback:
+        first = kept[0]
+        raise ConversionError(refusal(first.finding, profile, first.reason, [k.finding for k in kept[1:]]))
+    for k in kept if warn else ():
+        logger.warning("node %s stays as it is: %s cannot run it (%s), and %s; onnxruntime falls back for it",
+                       k.finding.label(), profile.spec, k.finding.entry.why, k.reason)
+    merged = Report(rewrites=[*report.rewrites, *second.rewrites], source_opset=report.source_opset,
+                    target_opset=report.target_opset, decompose=report.decompose,
+                    notes=[*report.notes, *second.notes])
+    merged.backend = backend_record(profile, named, second, kept)
+    return merged
+
+
+def backend_record(profile: Profile, named: list[Finding], second: Report, kept: list[Kept]) -> dict[str, Any]:
+    """The report's ``backend`` record (the placement fields are added by the proof)."""
+    forms = {"hardmax-decomposition", "globalmaxpool-decomposition", "argmax-flip", "last-axis",
+             "constant-inputs", "function-expansion"}
+    return {
+        "backend": profile.name,
+        "spec": profile.spec,
+        "provider": profile.provider,
+        "named": [f.to_dict() for f in named],
+        "rewritten": sum(1 for r in second.rewrites if r.rule in forms),
+        "left": [k.to_dict() for k in kept],
+        "placement": None,
+        "placement_detail": None,
+    }
+
+
+def prove(model: onnx.ModelProto, plan: BackendPlan, report: Report, data_dir: object = None) -> None:
+    """Prove the placement of ``model`` where the backend's provider is installed; record it in ``report.backend``.
+
+    Raises:
+        VerificationError: the provider is installed and refuses the model with CPU fallback disabled
+            (unless the plan allows fallback: then a warning).
+    """
+    import os
+
+    from lowerer.backends.proof import FAILED, NOT_PROVEN, Placement, prove_placement
+    from lowerer.errors import VerificationError
+    from lowerer.model_io import external_data_locations
+    from lowerer.opsets import default_opset
+    from lowerer.validation import MIN_ORT_OPSET, max_ort_opset
+
+    provider = plan.profile.provider
+    opset = default_opset(model.opset_import)
+    if opset is not None and not MIN_ORT_OPSET <= opset <= max_ort_opset():
+        placement = Placement(NOT_PROVEN, provider, f"onnxruntime loads default-domain opsets {MIN_ORT_OPSET} to "
+                                                    f"{max_ort_opset()}, not {opset}")
+    elif data_dir is None and external_data_locations(model):
+        placement = Placement(NOT_PROVEN, provider, "the model's weights are in external data and no folder is "
+                                                    "known to read them from (give a path)")
+    else:
+        try:
+            placement = prove_placement(model, provider,
+                                        data_dir if isinstance(data_dir, (str, os.PathLike)) else None)
+        except ValueError as e:  # protobuf cannot serialize a model over 2 GiB
+            placement = Placement(NOT_PROVEN, provider, f"the model cannot be given to onnxruntime from memory ({e})")
+    if report.backend is None:
+        report.backend = backend_record(plan.profile, [], Report(), [])
+    report.backend["placement"] = placement.status
+    report.backend["placement_detail"] = placement.detail
+    if placement.status == FAILED:
+        message = (f"{plan.profile.spec}: {placement.status}: {placement.detail}; --allow-fallback (API: "
+                   "allow_fallback=True) accepts a model part of which onnxruntime places elsewhere")
+        if not plan.allow_fallback:
+            error = VerificationError(message)
+            error.report = report
+            raise error
+        logger.warning("%s", message)
+
+
+def placement_line(record: dict[str, Any]) -> str:
+    """One line on the backend lowering of a report: what was rewritten and left, and the placement."""
+    left = len(record.get("left") or [])
+    placement = record.get("placement") or "placement not checked"
+    detail = record.get("placement_detail")
+    return (f"backend {record['spec']} ({record['provider']}): {record['rewritten']} node(s) rewritten for it, "
+            f"{left} left to its fallback; {placement}" + (f" ({detail})" if detail else ""))
+
+
+#: The rules a backend pass rewrites with (report ``rule`` names).
+_FORM_RULES = frozenset({"hardmax-decomposition", "globalmaxpool-decomposition", "argmax-flip", "last-axis",
+                         "constant-inputs", "function-expansion"})
+
+
+def inspect_backend(path: object, for_backend: str, *, target_opset: int | None = None,
+                    decompose: str | list[str] | None = None) -> dict[str, Any]:
+    """What ``--for BACKEND`` would do to the model at ``path`` (a dry run, nothing verified or written).
+
+    Returns the backend, its provider, and one record per node the profile names: where it is, why
+    the backend cannot run it (with the source), and what lowerer would do (the form and the ops it
+    emits, or why the node would stay). ``refused`` holds the refusal when the conversion itself
+    (target opset, decompositions) would be refused.
+    """
+    from lowerer.model_io import load_model
+    from lowerer.pipeline import normalize_decompose, run_pipeline
+
+    plan = make_plan(for_backend, True)
+    profile = plan.profile
+    model = load_model(path)  # type: ignore[arg-type]
+    info: dict[str, Any] = {"backend": profile.name, "spec": profile.spec, "provider": profile.provider,
+                            "description": profile.description, "target_opset": target_opset,
+                            "nodes": [], "refused": None}
+    try:
+        report = run_pipeline(model, target_opset=target_opset, decompose=normalize_decompose(decompose))
+        report = lower(model, plan, report, warn=False)
+    except ConversionError as e:
+        info["refused"] = str(e)
+        return info
+    assert report.backend is not None
+    made = {(r.scope, r.node): r for r in report.rewrites if r.rule in _FORM_RULES}
+    left = {(k["scope"], k["node"]): k for k in report.backend["left"]}
+    rows = list(report.backend["named"])
+    rows += [k for key, k in left.items() if not any((n["scope"], n["node"]) == key for n in rows)]
+    for node in rows:
+        key = (node["scope"], node["node"])
+        record = dict(node)
+        if key in left:
+            record["lowerer"] = f"keeps it ({left[key]['reason']})"
+            record["emitted"] = None
+        elif key in made:
+            rewrite = made[key]
+            record["lowerer"] = f"{node['rewrite']}: {_ops(rewrite.replacement)}"
+            record["emitted"] = list(rewrite.emitted)
+        else:
+            record["lowerer"] = "no change needed at this opset"
+            record["emitted"] = None
+        info["nodes"].append(record)
+    return info
+
+
+def _ops(nodes: list[onnx.NodeProto]) -> str:
+    """The ops of ``nodes`` in order, an If's branches in brackets: ``Size + Equal + If[Identity | ArgMax + ...]``."""
+    parts = []
+    for n in nodes:
+        branches = [g for a in n.attribute for g in ([a.g] if a.type == onnx.AttributeProto.GRAPH else a.graphs)]
+        parts.append(f"{n.op_type}[{' | '.join(_ops(list(g.node)) for g in branches)}]" if branches else n.op_type)
+    return " + ".join(parts)
+
+
+def backend_table(info: dict[str, Any]) -> list[str]:
+    """``inspect --for``'s text: a line on the backend, a table (node, op, what lowerer does, why), the sources."""
+    head = f"backend: {info['spec']} ({info['provider']})"
+    if info.get("target_opset") is not None:
+        head += f", at opset {info['target_opset']}"
+    lines = [head]
+    if info.get("refused"):
+        return [*lines, f"would refuse: {info['refused']}"]
+    nodes = info["nodes"]
+    if not nodes:
+        return [*lines, "nodes it cannot run: none (per its profile)"]
+    lines.append(f"nodes it cannot run: {len(nodes)}")
+    sources: list[str] = []
+    rows = [("node", "op", "lowerer", "why [source]")]
+    for n in nodes:
+        if n["source"] not in sources:
+            sources.append(n["source"])
+        where = "" if n["scope"] == "graph" else f" ({n['scope']})"
+        why = n["why"] + ("" if n.get("confirmed", True) else " (not confirmed)")
+        rows.append((f"{n['node']}{where}", f"{n['op_type']}-{n['version']}", n["lowerer"],
+                     f"{why} [{sources.index(n['source']) + 1}]"))
+    widths = [max(len(r[i]) for r in rows) for i in range(3)]
+    for r in rows:
+        lines.append("  ".join([*(r[i].ljust(widths[i]) for i in range(3)), r[3]]).rstrip())
+    lines.extend(f"[{i}] {s}" for i, s in enumerate(sources, 1))
+    return lines

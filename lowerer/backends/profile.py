@@ -1,0 +1,418 @@
+"""Backend profiles: what an execution provider cannot run, as data (one JSON file per backend).
+
+A profile (``lowerer/backends/<name>.json``) lists entries. Each entry names an op (or several),
+the range of its since-versions, an optional condition on the node (attribute values, input
+element types, whether an input is a literal constant, the rank, static dims), what lowerer does
+with such a node (``rewrite``: the name of an exact form, or null when lowerer has none), why the
+backend cannot run it, and the source of that statement (a document or code location). Entries
+that could not be confirmed in their source say so (``"confirmed": false`` and a ``note``).
+
+A backend is named on the command line as ``NAME`` (its newest version), or with a version
+bound where the profile has version-dependent entries: ``tensorrt<9.2``, ``tensorrt==8.6``,
+``tensorrt>=10``. An entry with ``backend_versions`` (``"<9.2"``) applies when some version the
+user named falls in its range.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import re
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from importlib import resources
+from typing import TYPE_CHECKING, Any
+
+import onnx
+
+from lowerer.errors import InputError
+
+if TYPE_CHECKING:
+    from lowerer.facts import Facts
+
+__all__ = ["BACKENDS", "REWRITES", "Entry", "Profile", "backend_names", "load_profile"]
+
+#: The backends that ship a profile, by canonical name.
+BACKENDS = ("cpu", "cuda", "dml", "tensorrt", "openvino", "coreml", "qnn", "webgpu", "webnn")
+_ALIASES = {"directml": "dml", "trt": "tensorrt", "nvidia-tensorrt": "tensorrt", "ov": "openvino"}
+
+#: The exact forms an entry may name, and what each does (for messages and ``inspect``).
+REWRITES: dict[str, str] = {
+    "hardmax": "Hardmax -> ArgMax + one-hot (Equal against an iota + Cast)",
+    "globalmaxpool": "GlobalMaxPool -> ReduceMax over the spatial axes",
+    "argmax-flip": "select_last_index=1 -> reverse the axis, first extremum, index mapped back",
+    "last-axis": "the op on the last axis (Transpose around it, or Flatten + Reshape for the 2-D meaning)",
+    "constant-inputs": "inputs proven constant written as initializers",
+    "expand": "the op's ONNX function body",
+}
+
+_CONDITIONS = frozenset({"attribute", "dtypes", "not_dtypes", "literal_inputs", "rank_not", "axis_not_last",
+                         "dynamic_shape", "axis_size_dynamic"})
+_ENTRY_KEYS = frozenset({"op", "ops", "versions", "when", "rewrite", "why", "source", "confirmed", "note",
+                         "backend_versions"})
+_AXIS_OPS = frozenset({"Hardmax", "Softmax", "LogSoftmax"})
+_VERSION = re.compile(r"^\d+(\.\d+)*$")
+_SPEC = re.compile(r"^\s*([A-Za-z][A-Za-z0-9_-]*)\s*(?:(<=|>=|==|=|<|>|@)\s*(\d+(?:\.\d+)*))?\s*$")
+
+_WIDTH = 8
+#: A bound of a version range: the version padded to :data:`_WIDTH` numbers, and whether it is inclusive.
+_Bound = tuple[tuple[int, ...], bool]
+_LOWEST: tuple[int, ...] = (-1,) * _WIDTH
+_HIGHEST: tuple[int, ...] = (1 << 30,) * _WIDTH
+
+
+def _version(text: str) -> tuple[int, ...]:
+    parts = tuple(int(p) for p in text.split("."))[:_WIDTH]
+    return parts + (0,) * (_WIDTH - len(parts))
+
+
+@dataclass(frozen=True)
+class VersionRange:
+    """A range of backend versions between two bounds (each inclusive or not)."""
+
+    low: _Bound = (_LOWEST, False)
+    high: _Bound = (_HIGHEST, False)
+
+    @staticmethod
+    def parse(op: str | None, version: str | None) -> VersionRange:
+        """The range of ``<V``, ``<=V``, ``>V``, ``>=V``, ``==V`` (or none: every version)."""
+        if op is None or version is None:
+            return VersionRange()
+        v = _version(version)
+        if op == "<":
+            return VersionRange(high=(v, False))
+        if op == "<=":
+            return VersionRange(high=(v, True))
+        if op == ">":
+            return VersionRange(low=(v, False))
+        if op == ">=":
+            return VersionRange(low=(v, True))
+        return VersionRange((v, True), (v, True))
+
+    def overlaps(self, other: VersionRange) -> bool:
+        """Whether some version lies in both ranges."""
+        low = max(self.low, other.low, key=lambda b: (b[0], not b[1]))
+        high = min(self.high, other.high, key=lambda b: (b[0], b[1]))
+        if low[0] < high[0]:
+            return True
+        return low[0] == high[0] and low[1] and high[1]
+
+    def contains_newest(self) -> bool:
+        """Whether the range is open upwards (it holds the newest version)."""
+        return self.high[0] == _HIGHEST
+
+
+@dataclass(frozen=True)
+class Entry:
+    """One thing a backend cannot run.
+
+    Attributes:
+        ops: the default-domain ops it names.
+        versions: the since-versions it covers, inclusive (``None``: open).
+        when: the condition on the node (see the module docstring); empty: every node of the ops.
+        rewrite: the exact form lowerer applies (a key of :data:`REWRITES`), or None when it has none.
+        why: what the backend does with such a node.
+        source: where that is documented or implemented.
+        confirmed: False when the statement could not be confirmed in the source.
+        note: what was or was not confirmed, and caveats.
+        backend_versions: the backend versions the entry applies to (None: all).
+    """
+
+    ops: tuple[str, ...]
+    versions: tuple[int | None, int | None]
+    when: Mapping[str, Any]
+    rewrite: str | None
+    why: str
+    source: str
+    confirmed: bool = True
+    note: str = ""
+    backend_versions: VersionRange | None = None
+    #: ``backend_versions`` as written (``<9.2``), for messages.
+    backend_versions_text: str = ""
+
+    def covers(self, op: str, version: int) -> bool:
+        """Whether the entry names ``op`` at since-version ``version`` (before its condition)."""
+        low, high = self.versions
+        return op in self.ops and (low is None or version >= low) and (high is None or version <= high)
+
+    def matches(self, node: onnx.NodeProto, version: int, facts: Facts) -> bool:
+        """Whether ``node`` (``op``-``version``) is one the backend cannot run, as far as ``facts`` tell.
+
+        Unknown facts count as matching where the condition is about a limitation (an unknown rank
+        may be the one the backend lacks), and as not matching for element types (an entry for
+        double inputs does not claim a node of unknown type).
+        """
+        if not self.covers(node.op_type, version):
+            return False
+        return all(_CHECKS[name](node, version, facts, value) for name, value in self.when.items())
+
+    def describe(self) -> str:
+        """The entry in a few words: ``Hardmax (all versions)``, ``ArgMax-12+ with select_last_index=1``."""
+        low, high = self.versions
+        if low is None and high is None:
+            span = ""
+        elif high is None:
+            span = f"-{low}+"
+        elif low == high:
+            span = f"-{low}"
+        else:
+            span = f"-{low or 1}..{high}"
+        parts = [f"{'/'.join(self.ops)}{span}"]
+        for name, value in self.when.items():
+            parts.append(_describe_condition(name, value))
+        if self.backend_versions is not None:
+            parts.append(f"(backend versions {self.backend_versions_text})")
+        return " ".join(p for p in parts if p)
+
+
+@dataclass(frozen=True)
+class Profile:
+    """A backend's profile: its onnxruntime execution provider and the entries that apply.
+
+    Attributes:
+        name: canonical backend name (``cuda``).
+        spec: what the user wrote (``tensorrt<9.2``).
+        provider: the onnxruntime execution provider that runs this backend.
+        description: a line on the backend and how the profile was built.
+        entries: the entries that apply to the backend version(s) named.
+    """
+
+    name: str
+    spec: str
+    provider: str
+    description: str
+    entries: tuple[Entry, ...] = field(default_factory=tuple)
+
+    @property
+    def ops(self) -> frozenset[str]:
+        """Every op some entry names."""
+        return frozenset(op for e in self.entries for op in e.ops)
+
+    def entry_for(self, node: onnx.NodeProto, version: int, facts: Facts) -> Entry | None:
+        """The first entry naming ``node`` (default domain, at since-version ``version``), or None."""
+        if node.domain not in ("", "ai.onnx"):
+            return None
+        for entry in self.entries:
+            if entry.matches(node, version, facts):
+                return entry
+        return None
+
+
+def backend_names() -> str:
+    """The backend names, for messages."""
+    return ", ".join(BACKENDS)
+
+
+def load_profile(spec: object) -> Profile:
+    """The profile named by ``spec`` (``cuda``, ``tensorrt<9.2``), with the entries that apply.
+
+    Raises:
+        InputError: an unknown backend, a malformed version bound, or a profile file that is not valid.
+    """
+    if not isinstance(spec, str):
+        raise InputError(f"for_backend must be a backend name ({backend_names()}), not a {type(spec).__name__}")
+    m = _SPEC.match(spec)
+    if m is None:
+        raise InputError(f"cannot read backend {spec!r}: give a name ({backend_names()}), optionally with a "
+                         "version bound such as tensorrt<9.2")
+    name = m.group(1).lower()
+    name = _ALIASES.get(name, name)
+    if name not in BACKENDS:
+        raise InputError(f"unknown backend {m.group(1)!r}; known backends: {backend_names()}")
+    op = {"=": "==", "@": "=="}.get(m.group(2) or "", m.group(2))
+    named = VersionRange.parse(op, m.group(3))
+    data = _profile_data(name)
+    entries = []
+    for entry in data["entries"]:
+        applies = entry.backend_versions
+        if applies is None or (named.overlaps(applies) if op is not None else applies.contains_newest()):
+            entries.append(entry)
+    return Profile(name=name, spec=spec.strip(), provider=data["provider"], description=data["description"],
+                   entries=tuple(entries))
+
+
+@functools.cache
+def _profile_data(name: str) -> dict[str, Any]:
+    """The parsed and checked profile file of backend ``name`` (read once)."""
+    text = resources.files("lowerer.backends").joinpath(f"{name}.json").read_text(encoding="utf-8")
+    try:
+        raw = json.loads(text)
+    except ValueError as e:
+        raise InputError(f"the profile of backend {name!r} is not valid JSON: {e}") from None
+    return parse_profile(raw, f"{name}.json")
+
+
+def parse_profile(raw: object, source: str) -> dict[str, Any]:
+    """Check a profile's data and turn its entries into :class:`Entry` objects.
+
+    Raises:
+        InputError: naming the file and the entry at fault.
+    """
+    if not isinstance(raw, dict) or not isinstance(raw.get("provider"), str) or \
+            not isinstance(raw.get("entries"), list):
+        raise InputError(f"profile {source}: needs 'provider' (a string) and 'entries' (a list)")
+    entries = [_entry(item, f"{source} entry {i}") for i, item in enumerate(raw["entries"])]
+    return {"provider": raw["provider"], "description": str(raw.get("description", "")), "entries": entries}
+
+
+def _entry(item: object, where: str) -> Entry:
+    if not isinstance(item, dict):
+        raise InputError(f"profile {where}: an entry must be an object")
+    unknown = set(item) - _ENTRY_KEYS
+    if unknown:
+        raise InputError(f"profile {where}: unknown key(s) {', '.join(sorted(unknown))}")
+    ops = item.get("ops", [item["op"]] if "op" in item else None)
+    if not isinstance(ops, list) or not ops or not all(isinstance(o, str) and onnx.defs.has(o) for o in ops):
+        raise InputError(f"profile {where}: 'op'/'ops' must name default-domain ops")
+    versions = item.get("versions", [None, None])
+    if not isinstance(versions, list) or len(versions) != 2 or \
+            not all(v is None or (isinstance(v, int) and v > 0) for v in versions):
+        raise InputError(f"profile {where}: 'versions' must be [low, high] (integers or null)")
+    when = item.get("when", {})
+    if not isinstance(when, dict) or set(when) - _CONDITIONS:
+        raise InputError(f"profile {where}: 'when' may hold only {', '.join(sorted(_CONDITIONS))}")
+    rewrite = item.get("rewrite")
+    if rewrite is not None and rewrite not in REWRITES:
+        raise InputError(f"profile {where}: unknown rewrite {rewrite!r} (known: {', '.join(REWRITES)})")
+    for key in ("why", "source"):
+        if not isinstance(item.get(key), str) or not item[key].strip():
+            raise InputError(f"profile {where}: '{key}' must be a non-empty string")
+    applies = None
+    if "backend_versions" in item:
+        m = re.match(r"^\s*(<=|>=|==|<|>)\s*(\d+(?:\.\d+)*)\s*$", str(item["backend_versions"]))
+        if m is None:
+            raise InputError(f"profile {where}: 'backend_versions' must be like '<9.2'")
+        applies = VersionRange.parse(m.group(1), m.group(2))
+    return Entry(ops=tuple(ops), versions=(versions[0], versions[1]), when=dict(when), rewrite=rewrite,
+                 why=item["why"].strip(), source=item["source"].strip(), confirmed=bool(item.get("confirmed", True)),
+                 note=str(item.get("note", "")), backend_versions=applies,
+                 backend_versions_text=str(item.get("backend_versions", "")).replace(" ", ""))
+
+
+# -- conditions --------------------------------------------------------------------------------
+
+def _attr_value(node: onnx.NodeProto, name: str) -> Any:
+    for a in node.attribute:
+        if a.name == name:
+            return onnx.helper.get_attribute_value(a)
+    return None
+
+
+def _check_attribute(node: onnx.NodeProto, version: int, facts: Facts, value: Any) -> bool:
+    """Every named attribute has the value given (an absent one has its schema default)."""
+    schema = onnx.defs.get_schema(node.op_type, version)
+    for name, wanted in dict(value).items():
+        got = _attr_value(node, name)
+        if got is None:
+            spec = schema.attributes.get(name)
+            default = spec.default_value if spec is not None else None
+            got = onnx.helper.get_attribute_value(default) if default is not None and default.type else None
+        if got != wanted:
+            return False
+    return True
+
+
+def _type_name(facts: Facts, name: str) -> str | None:
+    elem = facts.elem_type(name) if name else None
+    return None if elem is None else onnx.TensorProto.DataType.Name(elem).lower()
+
+
+def _check_dtypes(node: onnx.NodeProto, version: int, facts: Facts, value: Any) -> bool:
+    """The first input's element type is one of those listed (unknown: no)."""
+    return _type_name(facts, node.input[0] if node.input else "") in set(value)
+
+
+def _check_not_dtypes(node: onnx.NodeProto, version: int, facts: Facts, value: Any) -> bool:
+    """The first input's element type is known and none of those listed."""
+    found = _type_name(facts, node.input[0] if node.input else "")
+    return found is not None and found not in set(value)
+
+
+def _check_literal_inputs(node: onnx.NodeProto, version: int, facts: Facts, value: Any) -> bool:
+    """Some listed input is present and not a literal constant (an initializer or a Constant node's output)."""
+    for index in value:
+        if index < len(node.input) and node.input[index] and not facts.is_literal(node.input[index]):
+            return True
+    return False
+
+
+def _check_rank_not(node: onnx.NodeProto, version: int, facts: Facts, value: Any) -> bool:
+    """The first input's rank is not the one given (unknown: yes)."""
+    rank = facts.rank(node.input[0]) if node.input else None
+    return rank is None or rank != int(value)
+
+
+def _axis_and_rank(node: onnx.NodeProto, version: int, facts: Facts) -> tuple[int, int | None]:
+    axis = _attr_value(node, "axis")
+    if axis is None:
+        axis = 1 if version < 13 else -1
+    return int(axis), facts.rank(node.input[0])
+
+
+def _check_axis_not_last(node: onnx.NodeProto, version: int, facts: Facts, value: Any) -> bool:
+    """Hardmax/Softmax/LogSoftmax whose axis is not the last one (unknown rank: yes unless axis is -1)."""
+    if node.op_type not in _AXIS_OPS:
+        return False
+    axis, rank = _axis_and_rank(node, version, facts)
+    if axis == -1:
+        return not value
+    if rank is None:
+        return bool(value)
+    return (axis % max(rank, 1) != rank - 1) == bool(value)
+
+
+def _check_dynamic_shape(node: onnx.NodeProto, version: int, facts: Facts, value: Any) -> bool:
+    """The first input's shape is not fully static (unknown: yes)."""
+    dims = facts.dims(node.input[0]) if node.input else None
+    return (dims is None or None in dims) == bool(value)
+
+
+def _check_axis_size_dynamic(node: onnx.NodeProto, version: int, facts: Facts, value: Any) -> bool:
+    """The size the op reduces over is not static (the axis' dim; from the axis on below version 13)."""
+    if node.op_type not in _AXIS_OPS:
+        return False
+    axis, _ = _axis_and_rank(node, version, facts)
+    dims = facts.dims(node.input[0])
+    if dims is None or not -len(dims) <= axis < len(dims):
+        return bool(value)
+    axis %= len(dims)
+    span = dims[axis:] if version < 13 else dims[axis:axis + 1]
+    return (None in span) == bool(value)
+
+
+_CHECKS = {
+    "attribute": _check_attribute,
+    "dtypes": _check_dtypes,
+    "not_dtypes": _check_not_dtypes,
+    "literal_inputs": _check_literal_inputs,
+    "rank_not": _check_rank_not,
+    "axis_not_last": _check_axis_not_last,
+    "dynamic_shape": _check_dynamic_shape,
+    "axis_size_dynamic": _check_axis_size_dynamic,
+}
+
+
+def _describe_condition(name: str, value: Any) -> str:
+    if name == "attribute":
+        return "with " + ", ".join(f"{k}={v}" for k, v in dict(value).items())
+    if name == "dtypes":
+        return "on " + "/".join(value)
+    if name == "not_dtypes":
+        return "on types other than " + "/".join(value)
+    if name == "literal_inputs":
+        return f"with input(s) {', '.join(map(str, value))} not a constant"
+    if name == "rank_not":
+        return f"of rank other than {value}"
+    if name == "axis_not_last":
+        return "on a non-last axis" if value else "on the last axis"
+    if name == "dynamic_shape":
+        return "with a dynamic input shape" if value else "with a static input shape"
+    if name == "axis_size_dynamic":
+        return "with a dynamic size along the axis" if value else ""
+    return ""
+
+
+def entries_of(profile: Profile, ops: Iterable[str]) -> list[Entry]:
+    """The profile's entries that name any of ``ops``."""
+    wanted = set(ops)
+    return [e for e in profile.entries if wanted & set(e.ops)]

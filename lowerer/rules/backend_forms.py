@@ -1,0 +1,175 @@
+"""Exact forms a backend profile picks per node (``--for BACKEND``), beyond the decompositions.
+
+Each is a :class:`~lowerer.rules.base.Rule` the step engine applies to the nodes a profile names
+(see :mod:`lowerer.backends`); none is applied by ``--decompose``, so ``--decompose all`` keeps
+its meaning. Together with the decompositions (``hardmax``, ``globalmaxpool``) and function-body
+expansion they are the forms of :data:`lowerer.backends.REWRITES`:
+
+* :class:`SelectLastIndexForm` (``argmax-flip``): ArgMax/ArgMin with ``select_last_index=1``
+  as the reversed axis, the first extremum, and the index mapped back (the version rule's
+  emulation, here at any target opset);
+* :class:`LastAxisForm` (``last-axis``): Hardmax/Softmax/LogSoftmax run on the last axis: a
+  ``Transpose`` around the op for the one-axis meaning (version 13), ``Flatten`` → op on the 2-D
+  view → ``Reshape`` back for the coerced-to-2-D meaning (versions 1, 11);
+* :class:`ConstantInputsForm` (``constant-inputs``): the inputs a backend wants constant (a
+  Reshape's shape, Slice's parameters, ReduceMax's axes, OneHot's depth) written as initializers
+  where :mod:`lowerer.constants` proves their value (a shape computed from static dims ...).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import onnx
+
+from lowerer.errors import ConversionError
+from lowerer.rules.argmax import ArgExtremumRule
+from lowerer.rules.base import Emitter, Rule, attr, normalize_axis
+from lowerer.rules.hardmax import CoercedAxisRule, read_semantics
+
+__all__ = ["ConstantInputsForm", "LastAxisForm", "SelectLastIndexForm"]
+
+
+class SelectLastIndexForm(ArgExtremumRule):
+    """``ArgMax``/``ArgMin`` (12, 13) with ``select_last_index=1`` → the op without it, exactly.
+
+    Cases:
+
+    1. a static size along the axis: ``Gather`` with a reversed index table, the op (first
+       extremum), ``Gather`` of the index from the same table;
+    2. a dynamic size (opset >= 10): ``Slice`` with step -1, the op, ``(n - 1) - i`` with ``n`` from
+       ``Shape``; below opset 10 refused;
+    3. bfloat16 below opset 13 refused; a negative axis below opset 11 made non-negative (needs the rank).
+
+    A node without ``select_last_index=1`` is taken to the target as the version rule does.
+    """
+
+    name = "argmax-flip"
+    decomposition = "argmax-flip"
+
+    def rewrite(self, em: Emitter) -> None:
+        """Emit the emulation of ``select_last_index=1`` for ``em.node``."""
+        node = em.node
+        x = node.input[0]
+        select_last = attr(node, "select_last_index", 0) if em.source_version >= 12 else 0
+        if not select_last:
+            super().rewrite(em)
+            return
+        axis = attr(node, "axis", 0)
+        assert axis is not None
+        target = em.version_of(node.op_type)
+        assert target is not None
+        if target < 13 <= em.source_version:
+            em.refuse_bfloat16(x)
+        if axis < 0 and em.opset < 11:
+            axis = normalize_axis(axis, em.require_rank(x, "to make the negative axis non-negative"))
+        self._emulate_select_last(em, x, axis, attr(node, "keepdims", 1))
+
+
+class LastAxisForm(CoercedAxisRule):
+    """``Hardmax``/``Softmax``/``LogSoftmax`` (1, 11, 13) → the same op on the last axis, at the target.
+
+    Cases:
+
+    1. one-axis meaning (13) at a target >= 13, axis not last: ``Transpose`` moving the axis last →
+       op(``axis=-1``) → inverse ``Transpose`` (needs the rank, else refused); at a target below 13 the
+       version rule's form, which is that same ``Transpose`` form;
+    2. coerced-to-2-D meaning (1, 11), axis not last: at a target >= 13 the version rule's form
+       (``Flatten`` → op(``axis=-1``) → ``Reshape`` to ``Shape(x)``); below 13, ``Flatten(axis)`` →
+       op(``axis=1``, the last axis of the 2-D view) → ``Reshape`` to ``Shape(x)`` (opset >= 5; a
+       possibly empty ``x`` through ``If(Size(x) == 0)``, as Reshape below 14 reads a 0 as "copy");
+    3. an axis already last: the node as the version rule takes it.
+    """
+
+    name = "last-axis"
+    decomposition = "last-axis"
+
+    def rewrite(self, em: Emitter) -> None:
+        """Emit the last-axis form of ``em.node``."""
+        node = em.node
+        x = node.input[0]
+        meaning = read_semantics(node, em.source_version)
+        target = em.version_of(node.op_type)
+        assert target is not None
+        if target < 13 <= em.source_version:
+            em.refuse_bfloat16(x)
+        if not meaning.flatten:
+            if target < 13:
+                self._from_single_axis(em, x, meaning.axis, target)
+                return
+            rank = em.require_rank(x, f"to move axis {meaning.axis} last")
+            axis = normalize_axis(meaning.axis, rank)
+            if axis == rank - 1:
+                em.copy_node(axis=meaning.axis)
+                return
+            perm = [d for d in range(rank) if d != axis] + [axis]
+            moved = em.op("Transpose", [x], perm=perm)
+            inner = em.fresh(f"{node.output[0]}_last")
+            copy = em.copy_node(axis=-1)
+            copy.input[0] = moved
+            copy.output[0] = inner
+            em.op("Transpose", [inner], list(node.output), perm=[perm.index(d) for d in range(rank)])
+            return
+        axis = meaning.axis
+        known_rank = em.rank(x)
+        last = axis == -1 or (known_rank is not None and normalize_axis(axis, known_rank) == known_rank - 1)
+        if target >= 13 or last:
+            self._from_flatten(em, x, axis, target)
+            return
+        if axis < 0 and em.opset < 11:
+            axis = normalize_axis(axis, em.require_rank(x, "for Flatten below opset 11"))
+        if (em.version_of("Reshape") or 0) < 5:
+            em.refuse("the 2-D view must be reshaped back to Shape(x), and Reshape below opset 5 takes a static "
+                      "shape attribute; target opset >= 5")
+        shape = em.op("Shape", [x])
+        flat = em.op("Flatten", [x], axis=axis)
+        inner = em.fresh(f"{node.output[0]}_2d")
+        copy = em.copy_node(axis=1)
+        copy.input[0] = flat
+        copy.output[0] = inner
+        self._reshape_13(em, x, inner, shape)
+
+
+class ConstantInputsForm(Rule):
+    """Any op → the same node with the listed inputs written as literal constants, at the node's own opset.
+
+    An input that is not an initializer or a Constant's output, but whose value
+    :mod:`lowerer.constants` proves (a shape built from static dims, a folded Concat of constants
+    ...), becomes an initializer (a Constant node in a function) holding that value, in the input's
+    element type. An input whose value is not provably constant is refused: it is computed at run
+    time and no exact form makes it a constant. The engine then takes the node on to the target.
+
+    Args:
+        indices: the input positions the backend wants constant.
+        backend: the backend's name, for messages.
+    """
+
+    name = "constant-inputs"
+    op_types = ()
+    versions = ()
+    decomposition = "constant-inputs"
+
+    def __init__(self, indices: tuple[int, ...], backend: str) -> None:
+        self.indices = indices
+        self.backend = backend
+
+    def rewrite(self, em: Emitter) -> None:
+        """Emit the node with constant inputs."""
+        node = em.node
+        copy = em.copy_node()
+        for index in self.indices:
+            if index >= len(node.input) or not node.input[index]:
+                continue
+            name = node.input[index]
+            if em.facts.is_literal(name):
+                continue
+            value = em.constant(name)
+            if value is None or value.dtype == object:
+                label = node.name or f"<unnamed {node.op_type}>"
+                raise ConversionError(
+                    f"node {label!r} ({node.op_type}-{em.source_version}, in {em.scope.path}): {self.backend} wants "
+                    f"its input {index} ({name!r}) constant, and lowerer cannot prove it constant (it is computed "
+                    "at run time from values not known before)", node=node, scope=em.scope.path)
+            elem = em.elem_type(name)
+            if elem is not None:
+                value = np.asarray(value).astype(onnx.helper.tensor_dtype_to_np_dtype(elem), copy=False)
+            copy.input[index] = em.const(np.asarray(value), f"const{index}")
