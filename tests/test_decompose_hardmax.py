@@ -210,6 +210,32 @@ def test_forms_chosen() -> None:
     assert ops(11, [2, 3, 4], 1, target=1) == ["Flatten", "ArgMax", "Gather", "Reshape"]
 
 
+@pytest.mark.parametrize(("version", "dims", "axis", "target", "guarded"), [
+    (13, ["n", 3, 4], 1, None, False),    # only the batch may be empty: no If(Size(x) == 0)
+    (13, ["n", 3, 4], -1, None, False),
+    (11, ["n", 3, 4], 2, None, False),    # the last axis: no Flatten, no Reshape
+    (11, ["n", 3, 4], 1, 14, False),      # Reshape-14 back with allowzero=1 keeps the zero dim
+    (11, ["n", 3, 4], 1, None, True),     # Reshape-5 back would read the zero dim as "copy"
+    (13, [3, "n", 4], 1, None, True),     # the reduced axis itself may be empty
+    (13, ["n", 3, 4], 1, 9, False),       # opset 9: the iota is a constant (the size along the axis is static)
+    (13, ["n", 4096], 1, None, True),     # the two-level search
+])
+def test_guard_only_where_empty_needs_it(version: int, dims: list[int | str], axis: int, target: int | None,
+                                         guarded: bool) -> None:
+    """The If(Size(x) == 0) guard is emitted only where the unguarded nodes would fail or differ on empty input."""
+    model = single_op_model("Hardmax", F32, dims, SOURCES[version], axis=axis)
+    out = _decompose(model, target)
+    assert ("If" in [n.op_type for n in out.graph.node]) is guarded
+    sess = session(out)
+    for size in (0, 2):
+        shape = tuple(size if isinstance(d, str) else d for d in dims)
+        x = tie_heavy(shape, np.float32, seed=size) if size else np.zeros(shape, np.float32)
+        (got,) = sess.run(None, {"x": x})
+        expected = hardmax_oracle(x, axis, version) if x.size else x
+        assert got.shape == expected.shape and got.dtype == expected.dtype
+        np.testing.assert_array_equal(got, expected)
+
+
 def test_zero_sized_input_is_identity() -> None:
     model = single_op_model("Hardmax", F32, [2, 0, 3], 13, axis=1)
     out = _decompose(model)

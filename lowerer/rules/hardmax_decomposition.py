@@ -110,9 +110,15 @@ class HardmaxDecomposition(Rule):
         start = len(em.nodes)
         self._emit(em, x, y, meaning.flatten, axis, dims, rank, elem)
         if em.opset >= 7 and em.may_be_empty(x):
-            # ArgMax (and Reshape-13) fail on an empty input, whose Hardmax is that empty tensor.
-            # (Below opset 7 the size along the axis is static and non-zero: see _legacy.)
-            em.pass_through_if_empty(x, start)
+            reduced = None if dims is None else (dims[axis:] if meaning.flatten else [dims[axis]])
+            if reduced is None or not all(reduced) or not _empty_safe(em.nodes[start:]):
+                # ArgMax fails on an empty reduced axis, Reshape-13 misreads zero dims, the two-level
+                # search and OneHot are not proven on empty rows: an empty input, whose Hardmax is that
+                # empty tensor, passes through. (Below opset 7 the size along the axis is static and
+                # non-zero: see _legacy.) Otherwise (only other dims may be 0) the nodes stay unguarded:
+                # onnxruntime places the guard's Size/Equal on the CPU on purpose, which a backend's
+                # placement proof (``--for cuda``) must not meet.
+                em.pass_through_if_empty(x, start)
 
     def _emit(self, em: Emitter, x: str, y: str, flatten: bool, axis: int, dims: list[int | None] | None,
               rank: int | None, elem: int | None) -> None:
@@ -291,6 +297,26 @@ def _iota(em: Emitter, size: int, trailing: int) -> str:
     if trailing:
         iota = em.op("Reshape", [iota, em.const(np.array([-1] + [1] * trailing, dtype=np.int64), "shape")])
     return iota
+
+
+#: Ops that keep an empty input with non-empty reduced axes empty (checked by verification's empty binding).
+_EMPTY_SAFE = frozenset({"ArgMax", "Cast", "CastLike", "Equal", "Range", "Gather", "Shape", "Reshape", "Flatten",
+                         "Constant"})
+
+
+def _empty_safe(nodes: list[onnx.NodeProto]) -> bool:
+    """Whether ``nodes`` compute an empty Hardmax right: safe ops, and each Reshape keeps zero dims.
+
+    A Reshape keeps them with ``allowzero=1``, or when it reshapes the iota (a ``Range`` output).
+    """
+    ranges = {n.output[0] for n in nodes if n.op_type == "Range"}
+    for n in nodes:
+        if n.op_type not in _EMPTY_SAFE:
+            return False
+        if n.op_type == "Reshape" and n.input[0] not in ranges and \
+                not any(a.name == "allowzero" and a.i == 1 for a in n.attribute):
+            return False
+    return True
 
 
 def _block_size(em: Emitter, size: int | None) -> int | None:
