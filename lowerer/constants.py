@@ -96,21 +96,19 @@ class ConstantIndex:
         self._fed = frozenset(vi.name for vi in model.graph.input)
         self._dims_of = dims_of
         self._rank_of = rank_of
-        #: Set by a caller that notes every root scope's producers (see :meth:`note`) as it walks.
+        #: Set by a caller that notes every root scope's producers (see :meth:`noted`) as it walks.
         self.walked = False
         self._scopes: dict[int, _ScopeConstants] = {}
         self._noted: dict[int, dict[str, onnx.NodeProto]] = {}
 
-    def note(self, scope: Scope, node: onnx.NodeProto) -> None:
-        """Record a node of a root scope that may give a constant (an op in :data:`PRODUCERS`).
+    def noted(self, scope: Scope) -> dict[str, onnx.NodeProto]:
+        """The table a caller fills with a root scope's nodes that may give a constant (ops in :data:`PRODUCERS`).
 
-        The caller walks every root scope's nodes in order and notes these before looking up values
-        they make; the index then needs no walk of its own over a large graph.
+        The caller walks every root scope's nodes in order and writes each such node under each of its
+        outputs before looking up values they make; the index then needs no walk of its own over a
+        large graph.
         """
-        noted = self._noted.setdefault(id(scope.holder), {})
-        for o in node.output:
-            if o:
-                noted[o] = node
+        return self._noted.setdefault(id(scope.holder), {})
 
     def _table(self, scope: Scope) -> _ScopeConstants:
         key = id(scope.holder)

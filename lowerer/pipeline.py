@@ -125,14 +125,18 @@ class _Run:
         engine = self.engine
         # Per op: True when every node of it is left alone (decided once per op and opsets).
         untouched = engine.untouched_table(source, target) if source is not None and target is not None else {}
-        root = scope.parent is None
+        # A root scope's producers of possible constants, noted as the walk goes (the constant index
+        # then needs no walk of its own; see ConstantIndex.noted).
+        noted = self.constants.noted(scope) if scope.parent is None else None
         for index, node in enumerate(nodes):
             replacement: list[onnx.NodeProto] | None = None
             domain = node.domain
             if domain == "" or domain == "ai.onnx":  # is_default_domain, inlined: this runs for every node
                 op_type = node.op_type
-                if root and op_type in PRODUCERS:
-                    self.constants.note(scope, node)
+                if noted is not None and op_type in PRODUCERS:
+                    for o in node.output:
+                        if o:
+                            noted[o] = node
                 if op_type in _CONTROL_FLOW:
                     self.subgraphs(node, index, scope)
                 if source is None:
