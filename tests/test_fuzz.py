@@ -25,7 +25,7 @@ from hypothesis import strategies as st
 from onnx import TensorProto, helper
 
 import lowerer
-from lowerer.errors import ConversionError, VerificationError
+from lowerer.errors import ConversionError, InputError, VerificationError
 from lowerer.opsets import MAX_OPSET, since_version
 from lowerer.rules import DECOMPOSITIONS
 
@@ -85,7 +85,8 @@ class Case:
     """A generated model description.
 
     ``levels`` wrap the owned nodes, outermost first: ``pre`` (an Identity before them),
-    ``if`` (both branches hold them; the else branch reads ``x2``), ``loop`` (a one-trip Loop
+    ``if`` (both branches hold them; the else branch reads ``x2``; with ``shared_if`` both define the
+    same names, at different ranks), ``loop`` (a one-trip Loop
     body; outputs gain a leading 1), ``scan`` (the same with a one-step Scan) and ``function``
     (a model-local function, nested ones calling each other). Inner scopes read the outer-scope input directly.
     """
@@ -105,6 +106,10 @@ class Case:
     chain: bool = False
     model_opset: int | None = None  # the model's default opset when the outer function's differs
     ref_attrs: bool = False  # the ops (directly in a function body) take axis from a function attribute
+    #: Sibling scopes reusing names: each If's two branches define the same names (``<tag>_x``, the ops'
+    #: intermediate values and outputs), the else branch's ``<tag>_x`` with this many more leading dims of
+    #: size 1 than the then branch's (a different rank under the same name); 0: names differ per branch.
+    shared_if: int = 0
 
     @property
     def has(self) -> set[str]:
@@ -164,10 +169,17 @@ def cases(draw: st.DrawFn) -> Case:
         model_opset = draw(st.integers(1, MAX_OPSET))
     names = sorted(DECOMPOSITIONS)
     decompose = [n for n in names if draw(st.booleans())]
+    # sibling scopes sharing names (not with functions: a branch built twice would define one twice)
+    # (from opset 11: If below 11 wants both branches to yield the same shape)
+    # (at most rank 5 in the else branch: onnxruntime pools over at most 3 spatial dims; not in a Scan,
+    # whose body onnxruntime wants every output's shape stated)
+    shared_if = draw(st.sampled_from([0, 1, 1, 2])) if "if" in levels and not {"function", "scan"} & set(levels) \
+        and source >= 11 else 0
+    shared_if = min(shared_if, 5 - rank)
     return Case(source=source, target=target, dtype=dtype, dims=dims, shape_mode=shape_mode, levels=levels,
                 ops=ops, decompose=decompose, verify=draw(st.integers(0, 3)) == 0 and _VERIFY, ints=draw(st.booleans()),
                 seed=draw(st.integers(0, 2**31 - 1)), dynamic_axes=dynamic_axes, chain=chain,
-                model_opset=model_opset,
+                model_opset=model_opset, shared_if=shared_if,
                 ref_attrs=bool(levels) and levels[-1] == "function" and draw(st.integers(0, 2)) == 0)
 
 
@@ -211,7 +223,13 @@ def _in_vi(case: Case, name: str) -> onnx.ValueInfoProto:
     return helper.make_tensor_value_info(name, case.dtype, shape)
 
 
-def _out_vi(case: Case, name: str, spec: OpSpec, prefix: int = 0) -> onnx.ValueInfoProto:
+def _out_vi(case: Case, name: str, spec: OpSpec, prefix: int = 0, main: bool = False) -> onnx.ValueInfoProto:
+    if case.shared_if:
+        # The branches' ranks differ: a body's outputs are stated by type only; the model's (which
+        # need a shape) by the then branch's rank, every dim symbolic (onnxruntime only warns).
+        rank = prefix + len(_out_dims(spec, case.dims))
+        dims = [f"{name}_d{i}" for i in range(rank)] if main else None
+        return helper.make_tensor_value_info(name, _out_elem(spec, case.dtype), dims)
     dims: list[int | str] = [*([1] * prefix), *_out_dims(spec, case.dims)]
     return helper.make_tensor_value_info(name, _out_elem(spec, case.dtype), dims)
 
@@ -244,6 +262,17 @@ class _Builder:
             outs.append(out)
         return nodes, outs
 
+    def _rank_up(self, src: str, out: str, tag: str, extra: int) -> list[onnx.NodeProto]:
+        """``out`` = ``src`` with ``extra`` leading dims of size 1 (``Identity`` when 0)."""
+        if not extra:
+            return [helper.make_node("Identity", [src], [out], name=f"{tag}_same")]
+        axes = list(range(extra))
+        if self.case.source < 13:
+            return [helper.make_node("Unsqueeze", [src], [out], name=f"{tag}_up", axes=axes)]
+        const = helper.make_node("Constant", [], [f"{tag}_axes"], name=f"{tag}_axes",
+                                 value=helper.make_tensor(f"{tag}_axes", I64, [extra], axes))
+        return [const, helper.make_node("Unsqueeze", [src, f"{tag}_axes"], [out], name=f"{tag}_up")]
+
     def wrap(self, level: int, env: dict[str, str], out_names: list[str] | None = None,
              ) -> tuple[list[onnx.NodeProto], list[str], int]:
         """Nodes computing the ops inside ``levels[level:]``; returns (nodes, outputs, loop depth).
@@ -263,8 +292,15 @@ class _Builder:
         if kind == "if":
             branches = []
             depth = 0
+            counter = self.counter
             for name, src in (("then", env["x"]), ("else", env["x2"])):
-                body, inner_outs, depth = self.wrap(level + 1, {**env, "x": src})
+                if case.shared_if:  # both branches define <tag>_x and every name after it: the same names
+                    self.counter = counter
+                    shared = f"{tag}_x"
+                    body, inner_outs, depth = self.wrap(level + 1, {**env, "x": shared})
+                    body = [*self._rank_up(src, shared, tag, case.shared_if if name == "else" else 0), *body]
+                else:
+                    body, inner_outs, depth = self.wrap(level + 1, {**env, "x": src})
                 branches.append(helper.make_graph(
                     body, f"{tag}_{name}", [],
                     [_out_vi(case, o, s, depth) for o, s in zip(inner_outs, case.ops, strict=True)]))
@@ -332,7 +368,7 @@ def build(case: Case) -> onnx.ModelProto:
     inputs += [helper.make_tensor_value_info(k, TensorProto.BOOL, []) for k in env if k.startswith("c")]
     if hidden:
         inputs.append(helper.make_tensor_value_info("xs", I64, ["r"]))
-    outputs = [_out_vi(case, f"y{i}", s, depth) for i, s in enumerate(case.ops)]
+    outputs = [_out_vi(case, f"y{i}", s, depth, main=True) for i, s in enumerate(case.ops)]
     model_opset = case.model_opset if case.model_opset is not None else case.source
     opsets = [helper.make_opsetid("", model_opset)]
     if b.functions:
@@ -364,7 +400,7 @@ def feeds(case: Case) -> dict[str, np.ndarray]:
 
 def expected(case: Case, f: dict[str, np.ndarray]) -> list[np.ndarray]:
     conds = [bool(f[f"c{i}"]) for i, kind in enumerate(case.levels) if kind == "if"]
-    x = f["x"] if all(conds) else f["x2"]
+    x = f["x"] if all(conds) else f["x2"].reshape((1,) * case.shared_if + f["x2"].shape)
     depth = case.levels.count("loop") + case.levels.count("scan")
     outs: list[np.ndarray] = []
     for i, spec in enumerate(case.ops):
@@ -425,6 +461,7 @@ def _allowed_refusal(case: Case, message: str) -> str | None:
          r"accept bfloat16", unknown_elem and target < 13),
         ("select-last-dynamic", r"select_last_index=1 needs the size along the axis", target < 10 and not_static),
         ("missing-op", r"it needs [\w, ]+, which opset \d+ does not have", bool(case.decompose)),
+        ("if-branch-shapes", r"If-1 needs both branches to yield the same shape", case.shared_if > 0 and target < 11),
         ("function-constant", r"a non-float constant is needed, and inside a function",
          "function" in case.has and target < 9),
         # decompositions
@@ -445,6 +482,10 @@ def _allowed_refusal(case: Case, message: str) -> str | None:
         ("function-attribute-ref", r"its attribute\(s\) [\w=@, ]+ refer to the function's attributes",
          case.ref_attrs),
         (f"op-missing {op}", r"\w+ does not exist there", op not in OPS and target < case.source),
+        ("types", r"\w+ changed its types at version \d+: (input|output) '[^']+' is tensor\(bfloat16\), which \w+ "
+         r"does not accept there$", case.dtype == BF16 and target < case.source),
+        (f"semantics {op}", r"\w+ changed meaning at version \d+ .*and lowerer has no exact adapter for this step "
+         r"down$", op not in OPS and target < case.source),
         (f"structural {op}", r"onnx.version_converter changes this op's structure and lowerer does not convert "
          r"ops with subgraphs", op in ("Scan", "If", "Loop")),
         # onnx's converter has no down-adapter for many ops (e.g. Identity-13 -> 12): a clear refusal
@@ -501,6 +542,10 @@ def check_case(case: Case) -> str:
         return f"refused: {kind}"
     except VerificationError as e:
         raise AssertionError(f"verification failed for {case}: {e}") from None
+    except InputError as e:  # e.g. a Loop/If below 16 carrying bfloat16: the generator made an invalid model
+        assert not input_valid, f"valid input refused for {case}: {e}"
+        assert "\n" not in str(e)
+        return "refused: invalid input"
     assert model.SerializeToString() == before, "convert() modified its input model"
     out = result.model
     assert [(o.domain, o.version) for o in out.opset_import if o.domain in ("", "ai.onnx")] == [("", case.target)]
@@ -549,3 +594,5 @@ def check_case(case: Case) -> str:
 def test_fuzz_owned_ops(case: Case) -> None:
     outcome = check_case(case)
     event(outcome)
+    if case.shared_if:
+        event(f"sibling branches share names ({outcome.split(':')[0]})")

@@ -17,6 +17,7 @@ import lowerer
 from lowerer.steps.registry import explain
 
 F, I64, I8, B = TensorProto.FLOAT, TensorProto.INT64, TensorProto.INT8, TensorProto.BOOL
+BF = TensorProto.BFLOAT16
 
 
 def convert_and_compare(model: onnx.ModelProto, target: int, feeds: list[dict[str, np.ndarray]],
@@ -326,3 +327,17 @@ def test_sibling_branches_reusing_a_name_keep_their_own_ranks() -> None:
                        initializers=[numpy_helper.from_array(np.array([2, 3, 2, 2], np.int64), "back")])
     x = RNG.integers(-2, 3, size=(2, 3, 2, 2)).astype(np.float32)
     convert_and_compare(model, 13, [{"x": x, "c": np.array(True)}, {"x": x, "c": np.array(False)}])
+
+
+def test_loop_scan_output_type_checked_on_the_way_down() -> None:
+    """A Loop's scan outputs have no input to share a type with: each is checked against the target's schema."""
+    body = helper.make_graph(
+        [helper.make_node("Identity", ["x"], ["s"])], "body",
+        [value_info("i", I64, []), value_info("cond", B, [])], [value_info("cond", B, []), value_info("s", BF, [2])])
+    loop = helper.make_node("Loop", ["n", ""], ["y"], name="loop", body=body)
+    model = make_model([loop], [value_info("x", BF, [2]), value_info("n", I64, [])], [value_info("y", BF, [1, 2])],
+                       16)
+    check_model_full(model)
+    with pytest.raises(lowerer.ConversionError, match=r"node 'loop' \(Loop-16, in graph\) cannot be converted to "
+                       r"opset 13: .*output 'y' is tensor\(bfloat16\), which Loop does not accept there"):
+        lowerer.convert(model, target_opset=13)

@@ -32,6 +32,11 @@ def _dims(tp: onnx.TypeProto) -> list[int | None] | None:
     return [d.dim_value if d.HasField("dim_value") else None for d in tp.tensor_type.shape.dim]
 
 
+def _shape_text(dims: list[int | None] | None) -> str:
+    """A stated shape for a message: ``[2, ?]`` (``?``: not static), or ``no shape``."""
+    return "no shape" if dims is None else "[" + ", ".join("?" if d is None else str(d) for d in dims) + "]"
+
+
 @adapter("If", 11, DOWN)
 def if_11_1(em: Emitter, step: Step, direction: str) -> None:
     """Relabel when every output has the same static shape in both branches, else refuse."""
@@ -43,8 +48,8 @@ def if_11_1(em: Emitter, step: Step, direction: str) -> None:
         da, db = _dims(a.type), _dims(b.type)
         if da is None or da != db or None in da:
             em.refuse(f"If-1 needs both branches to yield the same shape (onnx's inference merges them), and "
-                      f"output {a.name!r} / {b.name!r} is not stated to (then: {da}, else: {db}, None: not static); "
-                      "the lowest opset for this node is 11")
+                      f"output {a.name!r} / {b.name!r} is not stated to (then: {_shape_text(da)}, else: "
+                      f"{_shape_text(db)}); the lowest opset for this node is 11")
     generic.cross(em, step, direction)
 
 

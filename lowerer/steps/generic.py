@@ -228,8 +228,9 @@ def check_types(em: Emitter, node: onnx.NodeProto, opset: int, why: str) -> None
                 em.refuse(f"{why}: it has more {kind}s than {node.op_type} takes there")
             position = min(i, len(formals) - 1)
             allowed, _, shared = formals[position]
-            if shared:
-                continue  # typed by an input, checked there
+            param = kinds[position]
+            if shared and param is not None:
+                continue  # typed by an input, checked there (a heterogeneous variadic, Loop's, binds nothing)
             spelled = em.facts.type_str(name)
             if spelled is None:
                 em.refuse(f"{why}, and the type of {kind} {name!r} is unknown; add type information (value_info)")
@@ -238,7 +239,6 @@ def check_types(em: Emitter, node: onnx.NodeProto, opset: int, why: str) -> None
                     em.refuse(f"bfloat16 input, and no op accepts bfloat16 below opset 13 (not even Cast): {kind} "
                               f"{name!r} of {node.op_type}; choose a target opset >= 13")
                 em.refuse(f"{why}: {kind} {name!r} is {spelled}, which {node.op_type} does not accept there")
-            param = kinds[position]
             if param is None:
                 continue
             first = bound.setdefault(param, (name, spelled))
