@@ -295,14 +295,10 @@ def _refuse_unloadable(converted: onnx.ModelProto, why: str, source: onnx.ModelP
                        report: Report) -> None:
     """Refuse a converted model onnxruntime will not open, unless it will not open the input either."""
     from lowerer.errors import ConversionError
-    from lowerer.validation import check_loads, ort_supports
+    from lowerer.validation import as_model, check_loads, ort_supports
 
     if source is not None:
-        original = source
-        if isinstance(source, bytes):
-            original = onnx.ModelProto()
-            original.ParseFromString(source)
-        assert isinstance(original, onnx.ModelProto)
+        original = as_model(source)
         if not ort_supports(original) or check_loads(original) is not None:
             # Nothing to compare with: onnxruntime does not open the input either (or not its opset).
             report.notes.append(f"onnxruntime does not open the converted model ({why}), nor the input")

@@ -30,7 +30,7 @@ import onnx
 from lowerer.errors import ConversionError, InputError
 from lowerer.report import Rewrite
 
-__all__ = ["MIN_ORT_OPSET", "NodeGate", "RewriteChecker", "check_loads", "check_output", "max_ort_opset",
+__all__ = ["MIN_ORT_OPSET", "NodeGate", "RewriteChecker", "as_model", "check_loads", "check_output", "max_ort_opset",
            "ort_supports"]
 
 #: onnxruntime supports default-domain opsets from 7 on (older models may still run, unchecked).
@@ -243,12 +243,7 @@ def check_output(converted: onnx.ModelProto, source: onnx.ModelProto | bytes | N
         return
     input_why = None
     if source is not None:
-        original = source
-        if isinstance(source, bytes):
-            original = onnx.ModelProto()
-            original.ParseFromString(source)
-        assert isinstance(original, onnx.ModelProto)
-        checkable_source = _checkable(original)
+        checkable_source = _checkable(as_model(source))
         input_why = None if isinstance(checkable_source, str) else _check(checkable_source, full=True)
     at = f" at opset {target}" if target is not None else ""
     if input_why is not None:
@@ -256,6 +251,15 @@ def check_output(converted: onnx.ModelProto, source: onnx.ModelProto | bytes | N
                          f"{input_why}; lowerer writes only models that pass it")
     raise ConversionError(f"the converted model{at} fails onnx's full check: {why}; the input passes it, so this "
                           "conversion is refused (a gap in lowerer, please report it)")
+
+
+def as_model(source: onnx.ModelProto | bytes) -> onnx.ModelProto:
+    """``source`` as a ModelProto (parsed when it is the model's bytes)."""
+    if isinstance(source, bytes):
+        model = onnx.ModelProto()
+        model.ParseFromString(source)
+        return model
+    return source
 
 
 def ort_supports(model: onnx.ModelProto) -> bool:

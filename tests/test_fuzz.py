@@ -6,7 +6,8 @@ Softmax/LogSoftmax also bit for bit against the original model run in onnxruntim
 clear refusal (a ``ConversionError`` with one of the documented reasons, only where the case
 allows it). Anything else fails: a traceback, an ``InternalError``, an unexpected refusal.
 
-CI runs a bounded, derandomized number of examples; ``LOWERER_FUZZ_EXAMPLES=N`` runs N random ones.
+CI runs a bounded, derandomized number of examples; ``LOWERER_FUZZ_EXAMPLES=N`` runs N random ones;
+``LOWERER_FUZZ_SIBLINGS=1`` makes every case hold If branches defining the same names at different ranks.
 """
 
 from __future__ import annotations
@@ -32,6 +33,8 @@ from lowerer.rules import DECOMPOSITIONS
 _LONG = int(os.environ.get("LOWERER_FUZZ_EXAMPLES", "0") or 0)
 #: LOWERER_FUZZ_VERIFY=0 turns lowerer's own per-rewrite verification off (on in a quarter of cases)
 _VERIFY = os.environ.get("LOWERER_FUZZ_VERIFY", "1") != "0"
+#: LOWERER_FUZZ_SIBLINGS=1 makes every case hold If branches that define the same names at different ranks
+_SIBLINGS = os.environ.get("LOWERER_FUZZ_SIBLINGS", "0") == "1"
 settings.register_profile(
     "lowerer-fuzz-ci", max_examples=150, deadline=None, derandomize=True, database=None,
     suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large, HealthCheck.filter_too_much],
@@ -119,7 +122,7 @@ class Case:
 
 @st.composite
 def cases(draw: st.DrawFn) -> Case:
-    source = draw(st.integers(1, MAX_OPSET))
+    source = draw(st.integers(11 if _SIBLINGS else 1, MAX_OPSET))
     target = draw(st.integers(1, MAX_OPSET))
     first = draw(st.sampled_from(OPS))
     n_ops = draw(st.integers(1, 2))
@@ -133,12 +136,16 @@ def cases(draw: st.DrawFn) -> Case:
             (since_version(o, source) or 0) >= 13 for o in op_names) and source >= 13:
         dtype = BF16
     min_rank = 3 if "GlobalMaxPool" in op_names else 1
-    rank = draw(st.integers(min_rank, 5))
+    rank = draw(st.integers(min_rank, 4 if _SIBLINGS else 5))
     dims = [draw(st.integers(1, 4)) for _ in range(rank)]
     shape_mode = draw(st.sampled_from(["static", "static", "dynamic", "none"]))
     dynamic_axes = ([i for i in range(rank) if draw(st.booleans())] if shape_mode == "dynamic" else [])
     n_levels = draw(st.sampled_from([0, 1, 1, 1, 2, 3]))
     levels = [draw(st.sampled_from(["pre", "if", "loop", "scan", "function"])) for _ in range(n_levels)]
+    if _SIBLINGS:
+        levels = [kind for kind in levels if kind in ("pre", "if", "loop")]
+        if "if" not in levels:
+            levels.insert(draw(st.integers(0, len(levels))), "if")
     if source < 9:  # Scan-8 has another signature (batch axis, sequence_lens): use a Loop there
         levels = ["loop" if kind == "scan" else kind for kind in levels]
     ops = []
@@ -175,7 +182,11 @@ def cases(draw: st.DrawFn) -> Case:
     # whose body onnxruntime wants every output's shape stated)
     shared_if = draw(st.sampled_from([0, 1, 1, 2])) if "if" in levels and not {"function", "scan"} & set(levels) \
         and source >= 11 else 0
+    shared_if = max(shared_if, 1) if _SIBLINGS else shared_if
     shared_if = min(shared_if, 5 - rank)
+    if shared_if and any(s.op in ARG for s in ops):
+        # a non-negative axis names another dim in the else branch, perhaps the empty one: no extremum there
+        dims = [d or 1 for d in dims]
     return Case(source=source, target=target, dtype=dtype, dims=dims, shape_mode=shape_mode, levels=levels,
                 ops=ops, decompose=decompose, verify=draw(st.integers(0, 3)) == 0 and _VERIFY, ints=draw(st.booleans()),
                 seed=draw(st.integers(0, 2**31 - 1)), dynamic_axes=dynamic_axes, chain=chain,

@@ -14,37 +14,14 @@ from pathlib import Path
 
 import onnx
 
+from lowerer.model_io import iter_tensors
+
 __all__ = ["available_memory", "claimed_bytes", "external_tensors"]
 
 
 def external_tensors(model: onnx.ModelProto) -> Iterator[onnx.TensorProto]:
     """Every tensor stored in external data: initializers, sparse ones, attributes, subgraphs, functions."""
-
-    def from_graph(graph: onnx.GraphProto) -> Iterator[onnx.TensorProto]:
-        yield from graph.initializer
-        for sparse in graph.sparse_initializer:
-            yield sparse.values
-            yield sparse.indices
-        yield from from_nodes(graph.node)
-
-    def from_nodes(nodes: object) -> Iterator[onnx.TensorProto]:
-        for node in nodes:  # type: ignore[attr-defined]
-            for attr in node.attribute:
-                if attr.HasField("t"):
-                    yield attr.t
-                if attr.HasField("sparse_tensor"):
-                    yield attr.sparse_tensor.values
-                    yield attr.sparse_tensor.indices
-                yield from attr.tensors
-                for sparse in attr.sparse_tensors:
-                    yield sparse.values
-                    yield sparse.indices
-                if attr.HasField("g"):
-                    yield from from_graph(attr.g)
-                for g in attr.graphs:
-                    yield from from_graph(g)
-
-    for tensor in (*from_graph(model.graph), *(t for f in model.functions for t in from_nodes(f.node))):
+    for tensor in iter_tensors(model):
         if tensor.data_location == onnx.TensorProto.EXTERNAL:
             yield tensor
 
