@@ -144,9 +144,9 @@ class _Run:
                                      "domain, which the model does not import")
                 assert target is not None
                 skip = untouched.get(op_type)
-                if skip is None:
-                    skip = untouched[op_type] = engine.untouched(op_type, source, target)
-                if not skip and not engine.leaves(node, source, target):
+                if skip is None:  # per op: every node of it stays as it is (see StepEngine.leaves)
+                    skip = untouched[op_type] = engine.leaves(node, source, target)
+                if not skip:
                     replacement = self.node(node, index, scope, source, target, new_constants)
             elif node.attribute:
                 self.subgraphs(node, index, scope)

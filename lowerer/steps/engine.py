@@ -150,6 +150,7 @@ class StepEngine:
         self._untouched: dict[tuple[str, int, int], bool] = {}
         self._tables: dict[tuple[int, int], dict[str, bool]] = {}
         self._wants: dict[tuple[str, int, int], bool] = {}
+        self._leaves: dict[tuple[str, int, int], bool] = {}
 
     # -- the quick answer ----------------------------------------------------------------------
     def untouched_table(self, source: int, target: int) -> dict[str, bool]:
@@ -165,7 +166,14 @@ class StepEngine:
         return known
 
     def leaves(self, node: onnx.NodeProto, source: int, target: int) -> bool:
-        """Whether ``node`` surely stays as it is (cheap: per op, or per op and versions for owned rules)."""
+        """Whether ``node`` surely stays as it is (decided once per op and opsets: no node is looked into)."""
+        key = (node.op_type, source, target)
+        known = self._leaves.get(key)
+        if known is None:
+            known = self._leaves[key] = self._decide_leaves(node, source, target)
+        return known
+
+    def _decide_leaves(self, node: onnx.NodeProto, source: int, target: int) -> bool:
         op = node.op_type
         if self.untouched(op, source, target):
             return True
