@@ -72,8 +72,17 @@ def run_child(argv: list[str], env: dict[str, str]) -> tuple[float, float, int, 
     return wall, rss, proc.returncode, err.decode(errors="replace")[-2000:]
 
 
-def variants(src: Path, out_dir: Path, target: int, with_converter: bool) -> list[Variant]:
-    """The commands compared on one model."""
+_OTHER = """
+import runpy, sys
+sys.path.insert(0, sys.argv[1])
+sys.argv = ["lowerer", *sys.argv[2:]]
+runpy.run_module("lowerer", run_name="__main__")
+"""
+
+
+def variants(src: Path, out_dir: Path, target: int, with_converter: bool,
+             baseline: Path | None = None) -> list[Variant]:
+    """The commands compared on one model (``baseline``: another lowerer checkout, run --no-verify too)."""
     py = sys.executable
     lowerer = [py, "-m", "lowerer", "convert", str(src), "--target-opset", str(target)]
     out = [
@@ -81,6 +90,10 @@ def variants(src: Path, out_dir: Path, target: int, with_converter: bool) -> lis
         Variant("lowerer --no-verify", [*lowerer, "-o", str(out_dir / "lowerer_noverify.onnx"), "--no-verify"]),
         Variant("lowerer (verified)", [*lowerer, "-o", str(out_dir / "lowerer_verified.onnx")]),
     ]
+    if baseline is not None:
+        out.append(Variant(f"lowerer at {baseline.name} --no-verify",
+                           [py, "-c", _OTHER, str(baseline), "convert", str(src), "--target-opset", str(target),
+                            "-o", str(out_dir / "baseline_noverify.onnx"), "--no-verify"]))
     if with_converter:
         out.append(Variant("onnx.version_converter", [py, "-c", ONNX_CONVERTER, str(src),
                                                       str(out_dir / "onnx_converter.onnx"), str(target)]))
@@ -154,6 +167,9 @@ def main() -> int:
     parser.add_argument("--value-info", action="store_true",
                         help="give every intermediate value a typed, shaped value_info (no shape inference needed)")
     parser.add_argument("--no-converter", action="store_true", help="skip onnx.version_converter")
+    parser.add_argument("--baseline", type=Path, default=None, metavar="DIR",
+                        help="also time the lowerer of another checkout (e.g. a git worktree of an earlier "
+                             "commit), --no-verify, in the same run")
     parser.add_argument("--check", action="store_true", help="compare the converted models' outputs in onnxruntime")
     parser.add_argument("--keep", type=Path, default=None, help="copy the generated models into this directory")
     args = parser.parse_args()
@@ -176,7 +192,7 @@ def main() -> int:
             if args.keep is not None:
                 args.keep.mkdir(parents=True, exist_ok=True)
                 shutil.copy(src, args.keep / src.name)
-            vs = variants(src, tmp_dir, args.target_opset, not args.no_converter)
+            vs = variants(src, tmp_dir, args.target_opset, not args.no_converter, args.baseline)
             repeat = args.repeat if n < 200_000 else min(args.repeat, args.max_repeat_200k)
             for _ in range(repeat):
                 for v in vs:

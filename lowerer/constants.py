@@ -18,7 +18,7 @@ from onnx import numpy_helper
 
 from lowerer.scopes import Scope
 
-__all__ = ["MAX_FOLDED_ELEMENTS", "PRODUCERS", "ConstantIndex", "ShapeEntry", "constant_node_value"]
+__all__ = ["MAX_FOLDED_ELEMENTS", "ConstantIndex", "ShapeEntry", "constant_node_value"]
 
 logger = logging.getLogger(__name__)
 
@@ -31,10 +31,6 @@ _FOLDABLE = frozenset({
     "Div", "Neg", "Abs", "Range", "ConstantOfShape", "Equal", "Where", "Expand", "Max", "Min", "ReduceProd",
     "ReduceSum", "ReduceMax", "ReduceMin", "Size", "Not", "Less", "Greater", "Flatten", "Transpose",
 })
-
-
-#: The ops whose outputs may be constants or known shape entries.
-PRODUCERS = _FOLDABLE | {"Constant", "Shape"}
 
 
 def constant_node_value(node: onnx.NodeProto) -> np.ndarray | None:
@@ -62,7 +58,7 @@ def constant_node_value(node: onnx.NodeProto) -> np.ndarray | None:
 class _ScopeConstants:
     """One scope's initializers, Constant nodes and producers, indexed on first use."""
 
-    def __init__(self, scope: Scope, fed: frozenset[str], noted: dict[str, onnx.NodeProto] | None) -> None:
+    def __init__(self, scope: Scope, fed: frozenset[str]) -> None:
         self.tensors: dict[str, onnx.TensorProto] = {}
         self.nodes: dict[str, onnx.NodeProto] = {}
         graph = scope.graph
@@ -70,16 +66,10 @@ class _ScopeConstants:
             for t in graph.initializer:
                 if t.name not in fed:
                     self.tensors[t.name] = t
-        if noted is not None:
-            # A root scope (the main graph, a function body) has nothing to shadow: the producers that
-            # can give constants, noted by the caller's own walk, are all it needs (no second walk).
-            self.nodes = noted
-        else:
-            # A subgraph indexes every value it makes (one it makes shadows an outer one of the same name).
-            for node in scope.holder.node:
-                for o in node.output:
-                    if o:
-                        self.nodes[o] = node
+        for node in scope.holder.node:
+            for o in node.output:
+                if o:
+                    self.nodes[o] = node
         self.values: dict[str, np.ndarray | None] = {}
 
 
@@ -96,19 +86,7 @@ class ConstantIndex:
         self._fed = frozenset(vi.name for vi in model.graph.input)
         self._dims_of = dims_of
         self._rank_of = rank_of
-        #: Set by a caller that notes every root scope's producers (see :meth:`noted`) as it walks.
-        self.walked = False
         self._scopes: dict[int, _ScopeConstants] = {}
-        self._noted: dict[int, dict[str, onnx.NodeProto]] = {}
-
-    def noted(self, scope: Scope) -> dict[str, onnx.NodeProto]:
-        """The table a caller fills with a root scope's nodes that may give a constant (ops in :data:`PRODUCERS`).
-
-        The caller walks every root scope's nodes in order and writes each such node under each of its
-        outputs before looking up values they make; the index then needs no walk of its own over a
-        large graph.
-        """
-        return self._noted.setdefault(id(scope.holder), {})
 
     def _table(self, scope: Scope) -> _ScopeConstants:
         key = id(scope.holder)
@@ -117,8 +95,7 @@ class ConstantIndex:
             fed = self._fed if scope.parent is None and scope.function is None else frozenset()
             if scope.graph is not None and scope.parent is not None:
                 fed = frozenset(vi.name for vi in scope.graph.input)  # a body's inputs are fed by its op
-            noted = self._noted.setdefault(key, {}) if scope.parent is None and self.walked else None
-            table = self._scopes[key] = _ScopeConstants(scope, fed, noted)
+            table = self._scopes[key] = _ScopeConstants(scope, fed)
         return table
 
     def value(self, scope: Scope, name: str, depth: int = 0) -> np.ndarray | None:

@@ -9,7 +9,7 @@ from collections.abc import Callable, Iterable
 import numpy as np
 import onnx
 
-from lowerer.constants import PRODUCERS, ConstantIndex
+from lowerer.constants import ConstantIndex
 from lowerer.errors import ConversionError, InputError
 from lowerer.naming import NameGenerator
 from lowerer.opsets import (
@@ -99,7 +99,6 @@ class _Run:
         self.shapes.snapshot()
         self.constants = ConstantIndex(model, lambda scope, name: _static_dims(self.shapes, scope, name),
                                        lambda scope, name: _rank(self.shapes, scope, name))
-        self.constants.walked = True  # :meth:`scope` notes each root scope's producers as it goes
         self._used: set[str] | None = None
         own = frozenset(n for n in decompose if n in DECOMPOSITIONS)
         self.engine = StepEngine(self.names, self.shapes, self.constants, own, self.used, expansions(decompose),
@@ -125,18 +124,11 @@ class _Run:
         engine = self.engine
         # Per op: True when every node of it is left alone (decided once per op and opsets).
         untouched = engine.untouched_table(source, target) if source is not None and target is not None else {}
-        # A root scope's producers of possible constants, noted as the walk goes (the constant index
-        # then needs no walk of its own; see ConstantIndex.noted).
-        noted = self.constants.noted(scope) if scope.parent is None else None
         for index, node in enumerate(nodes):
             replacement: list[onnx.NodeProto] | None = None
             domain = node.domain
             if domain == "" or domain == "ai.onnx":  # is_default_domain, inlined: this runs for every node
                 op_type = node.op_type
-                if noted is not None and op_type in PRODUCERS:
-                    for o in node.output:
-                        if o:
-                            noted[o] = node
                 if op_type in _CONTROL_FLOW:
                     self.subgraphs(node, index, scope)
                 if source is None:

@@ -152,22 +152,33 @@ def _pattern(rewrite: Rewrite) -> tuple[object, ...]:
     The original's op, attributes and input pattern, the facts it read (input types, constant and
     derived inputs), the opsets and how it was crossed. Cheaper than the verifier's canonical form
     (no copy of the replacement); two rewrites with the same pattern get replacements of the same
-    structure.
+    structure. Inputs are named by position (``wiring`` says which positions read one value).
     """
     node = rewrite.original
     assert node is not None
+    inputs = list(node.input)
     first: dict[str, int] = {}
-    wiring = tuple(first.setdefault(n, i) if n else -1 for i, n in enumerate(node.input))
-    attrs = tuple(sorted((a.name, a.SerializeToString()) for a in node.attribute))
-    types = tuple((n, None if vt is None else (vt[0], None if vt[1] is None else tuple(vt[1])))
-                  for n, vt in ((i, rewrite.input_types.get(i)) for i in node.input if i))
-    values = tuple((n, str(v.dtype), v.shape, v.tobytes()) for n, v in sorted(rewrite.input_values.items()))
-    derived = tuple((n, tuple(r)) for n, r in sorted(rewrite.derived_inputs.items()))
-    renamed = {n: f"in{i}" for i, n in enumerate(node.input) if n}
-    return (node.op_type, node.domain, wiring, len(node.output), attrs,
-            tuple((renamed.get(n), t) for n, t in types), tuple((renamed.get(n), *rest) for n, *rest in values),
-            tuple((renamed.get(n), r) for n, r in derived), rewrite.from_opset, rewrite.to_opset,
-            tuple(rewrite.steps), tuple(rewrite.emitted))
+    wiring = tuple(first.setdefault(n, i) if n else -1 for i, n in enumerate(inputs))
+    attrs = tuple(a.SerializeToString() for a in node.attribute)
+    get = rewrite.input_types.get
+    types = tuple(_type_key(get(n)) for n in inputs if n)
+    values: tuple[object, ...] = ()
+    if rewrite.input_values:
+        values = tuple((first[n], str(v.dtype), v.shape, v.tobytes()) for n, v in rewrite.input_values.items()
+                       if n in first)
+    derived: tuple[object, ...] = ()
+    if rewrite.derived_inputs:
+        derived = tuple((first[n], tuple((first.get(e[0], e[0]), e[1]) if isinstance(e, tuple) else e for e in r))
+                        for n, r in rewrite.derived_inputs.items() if n in first)
+    return (node.op_type, node.domain, wiring, len(node.output), attrs, types, values, derived,
+            rewrite.from_opset, rewrite.to_opset, tuple(rewrite.steps), tuple(rewrite.emitted))
+
+
+def _type_key(vt: tuple[int, list[int | str | None] | None] | None) -> object:
+    if vt is None:
+        return None
+    elem, dims = vt
+    return elem, None if dims is None else tuple(dims)
 
 
 def _problem(model: onnx.ModelProto) -> str | None:
