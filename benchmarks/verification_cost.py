@@ -31,7 +31,7 @@ def build(n: int) -> onnx.ModelProto:
         outputs.append(helper.make_tensor_value_info(f"y{i}", TensorProto.UNDEFINED, None))
     graph = helper.make_graph(nodes, "bench", [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", 8, 16])],
                               outputs)
-    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)], ir_version=8)
+    return _typed_outputs(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)], ir_version=8))
 
 
 def build_distinct(n: int) -> onnx.ModelProto:
@@ -41,7 +41,18 @@ def build_distinct(n: int) -> onnx.ModelProto:
         nodes.append(helper.make_node("ArgMax", [f"x{i}"], [f"y{i}"], name=f"n{i}", axis=1, select_last_index=1))
         outputs.append(helper.make_tensor_value_info(f"y{i}", TensorProto.INT64, None))
     graph = helper.make_graph(nodes, "distinct", inputs, outputs)
-    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)], ir_version=8)
+    return _typed_outputs(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)], ir_version=8))
+
+
+def _typed_outputs(model: onnx.ModelProto) -> onnx.ModelProto:
+    """``model`` with each graph output's inferred type and shape (onnx's full check, which lowerer runs,
+    wants a shape on every graph output)."""
+    done = onnx.shape_inference.infer_shapes(model).graph
+    inferred = {vi.name: vi for vi in (*done.value_info, *done.output) if vi.type.tensor_type.HasField("shape")}
+    for out in model.graph.output:
+        if out.name in inferred:
+            out.CopyFrom(inferred[out.name])
+    return model
 
 
 def timed(model: onnx.ModelProto, verify: bool, repeat: int) -> tuple[float, lowerer.Report]:
