@@ -45,8 +45,10 @@ def build_distinct(n: int) -> onnx.ModelProto:
 
 
 def _typed_outputs(model: onnx.ModelProto) -> onnx.ModelProto:
-    """``model`` with each graph output's inferred type and shape (onnx's full check, which lowerer runs,
-    wants a shape on every graph output)."""
+    """``model`` with each graph output's inferred type and shape.
+
+    onnx's full check, which lowerer runs, wants a shape on every graph output.
+    """
     done = onnx.shape_inference.infer_shapes(model).graph
     inferred = {vi.name: vi for vi in (*done.value_info, *done.output) if vi.type.tensor_type.HasField("shape")}
     for out in model.graph.output:
