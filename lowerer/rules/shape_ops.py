@@ -202,9 +202,7 @@ def slice_10_1(em: Emitter, step: Step, direction: str) -> None:
         steps = em.constant(node.input[4])
         if steps is None or not np.all(steps == 1):
             em.refuse(f"Slice-1 has no steps, and input 'steps' ({node.input[4]!r}) is not constant ones")
-        node.input[4] = ""
-        while node.input and not node.input[-1]:
-            node.input.pop()
+        generic.drop_input(node, 4)
     generic.cross(em, step, direction, node, handled=(InputAdded,))
 
 
@@ -225,9 +223,7 @@ def pad_18_13(em: Emitter, step: Step, direction: str) -> None:
             full[a] = pads.reshape(-1)[k]
             full[a + rank] = pads.reshape(-1)[k + len(normalized)]
         node.input[1] = em.const(full, "pads")
-        node.input[3] = ""
-        while node.input and not node.input[-1]:
-            node.input.pop()
+        generic.drop_input(node, 3)
     generic.cross(em, step, direction, node, handled=(InputAdded,))
 
 

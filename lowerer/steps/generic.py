@@ -48,6 +48,7 @@ __all__ = [
     "check_types",
     "copy_of",
     "cross",
+    "drop_input",
     "is_neutral",
     "meaning_kept",
     "remove_attribute",
@@ -482,6 +483,12 @@ _HANDLERS: dict[type[Change], _Handler] = {
     Semantics: _semantics,
     NoChange: _no_change,
 }
+
+
+def drop_input(node: onnx.NodeProto, index: int) -> None:
+    """Leave input ``index`` of ``node`` empty, dropping the empty inputs at the end."""
+    node.input[index] = ""
+    _strip_trailing_inputs(node)
 
 
 def _strip_trailing_inputs(node: onnx.NodeProto) -> None:
