@@ -7,21 +7,22 @@ import os
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Generic, Protocol, TypeVar, overload
+from typing import TYPE_CHECKING, Any, Generic, Protocol, TypeVar, overload
 
 import onnx
 
-from lowerer.errors import InputError, LowererError, VerificationError
-from lowerer.opsets import default_opset
+from lowerer.errors import InputError, LowererError
 from lowerer.progress import ProgressCallback, notify
-from lowerer.report import Report, Rewrite
+from lowerer.report import Report
 
 if TYPE_CHECKING:
     import onnx_ir as ir
 
+    from lowerer.options import ConvertOptions
+    from lowerer.passes import State
     from lowerer.verification.whole import ModelCheckOptions
 
-__all__ = ["ConvertResult", "HasIrModel", "convert"]
+__all__ = ["ConvertResult", "HasIrModel", "convert", "run"]
 
 logger = logging.getLogger(__name__)
 
@@ -141,192 +142,120 @@ def convert(
         for rewrite in result.report:
             print(rewrite.node, rewrite.op_type, rewrite.from_version, rewrite.to_opset)
     """
-    from lowerer.model_io import InputModel, check_external_data, load_input
-    from lowerer.options import check_flag, check_progress, decompose_names, provider_list, seed_value
-    from lowerer.pipeline import run_pipeline
-    from lowerer.structure import check_structure
+    from lowerer.options import ConvertOptions
+    from lowerer.passes import run_passes
 
     # The options first: a bad one is refused before the model is read.
-    if target_opset is not None:
-        from lowerer.opsets import check_target_opset
+    options = ConvertOptions.create(target_opset=target_opset, decompose=decompose, verify=verify,
+                                    providers=providers, seed=seed, verify_model=verify_model, optimize=optimize,
+                                    progress=progress, max_ulp=max_ulp, exact=exact, for_backend=for_backend,
+                                    allow_fallback=allow_fallback)
+    state, kind = _state(model, options)
+    source_ir = state.model.ir_version
+    logger.info("converting: IR version %d, %d graph nodes, %d functions; target opset %s, decompose %s",
+                state.model.ir_version, len(state.model.graph.node), len(state.model.functions),
+                options.target_opset, ", ".join(sorted(options.decompose)) or "none")
+    run_passes(state)
+    _finish_report(state, source_ir)
+    if kind == "ir":
+        return ConvertResult(_to_ir(state.model), state.report)
+    return ConvertResult(state.model, state.report)
 
-        check_target_opset(target_opset)
-    names = decompose_names(decompose)
-    verify = check_flag(verify, "verify")
-    exact = check_flag(exact, "exact")
-    if max_ulp is not None and (not isinstance(max_ulp, int) or isinstance(max_ulp, bool) or max_ulp < 0):
-        raise InputError(f"max_ulp must be a non-negative integer or None, not {max_ulp!r}")
-    if exact and max_ulp:
-        raise InputError("exact=True accepts no difference; it cannot go with max_ulp")
-    chosen = provider_list(providers)
-    seed = seed_value(seed)
-    progress = check_progress(progress)
-    options = _model_check_options(verify_model)
-    plan = None
-    if for_backend is not None:  # --for BACKEND (lowerer.backends)
-        from lowerer.backends.lowering import make_plan
 
-        plan = make_plan(for_backend, allow_fallback)
-    elif allow_fallback is not False:
-        raise InputError("allow_fallback goes with for_backend (a backend name)")
+def run(model: onnx.ModelProto | ir.Model | HasIrModel | str | os.PathLike[str], options: ConvertOptions
+        ) -> ConvertResult[onnx.ModelProto] | ConvertResult[ir.Model]:
+    """:func:`convert` with options already checked (the command line and :class:`lowerer.LowerPass` use it)."""
+    from lowerer.passes import run_passes
 
-    kind = "proto"
-    source_dir: Path | None = None
-    # The bytes the working copy was parsed from: they spare the pipeline a name scan and let shape
-    # inference start early without serializing (see run_pipeline).
-    serialized: bytes | None = None
-    if isinstance(model, (str, os.PathLike, InputModel)):
-        loaded = model if isinstance(model, InputModel) else load_input(model)
-        source_dir = loaded.directory  # where external data is found, as onnx.load does
-        proto, serialized = loaded.model, loaded.serialized  # converted in place: an InputModel is used up
-        kind = "path"
-    else:
-        if isinstance(model, onnx.ModelProto):
-            proto = onnx.ModelProto()
-            try:  # the copy, by way of the bytes (as fast as CopyFrom)
-                serialized = model.SerializeToString()
-                proto.ParseFromString(serialized)
-            except Exception:  # e.g. over 2 GiB: protobuf cannot serialize it
-                serialized = None
-                proto.CopyFrom(model)
-        else:
-            ir_model = _ir_model_of(model)
-            if ir_model is None:
-                raise InputError(f"cannot convert a {type(model).__name__}: give an onnx.ModelProto, an "
-                                 "onnx_ir.Model (or an object holding one in .model, like torch.onnx.ONNXProgram) "
-                                 "or a path")
-            proto = _from_ir(ir_model)
-            kind = "ir"
-            try:  # the bytes spare walks over every tensor and name (see run_pipeline)
-                serialized = proto.SerializeToString()
-            except Exception:  # over 2 GiB
-                serialized = None
-        if proto.ir_version <= 0 or not proto.HasField("graph"):
-            raise InputError("the model is not an ONNX model (no IR version or no graph)")
-        check_external_data(proto, None, source="the model", serialized=serialized)
-        check_structure(proto, source="the model", serialized=serialized)
+    state, kind = _state(model, options)
+    source_ir = state.model.ir_version
+    run_passes(state)
+    _finish_report(state, source_ir)
+    if kind == "ir":
+        return ConvertResult(_to_ir(state.model), state.report)
+    return ConvertResult(state.model, state.report)
+
+
+def _state(model: object, options: ConvertOptions) -> tuple[State, str]:
+    """The passes' state for ``model``: a working copy (or the loaded file), its bytes, the verifier."""
+    from lowerer.backends.plan import BackendPlan
+    from lowerer.passes import State
+
+    proto, serialized, source_dir, kind = _working_copy(model)
     original = None
-    if options is not None or serialized is None:
+    if options.verify_model is not None or serialized is None:
         original = onnx.ModelProto()
         original.CopyFrom(proto)
-    verifier = None
-    seen: list[Rewrite] = []
-    if verify:
-        from lowerer.verification import make_verifier
+    state = State(proto, options, serialized=serialized, original=original, source_dir=source_dir)
+    if options.profile is not None:
+        state.plan = BackendPlan(options.profile, allow_fallback=options.allow_fallback)
+    if options.verify:
+        state.verifier = _verifier(options)
+    return state, kind
 
-        def on_verified(rewrites: int, checks: int) -> None:
-            notify(progress, "verify", rewrites, None, "rewrites", f"{checks} distinct checks")
 
-        verifier = make_verifier(providers=chosen, seed=seed, progress=on_verified if progress else None,
-                                 max_ulp=max_ulp, exact=exact)
-    source_ir = proto.ir_version
-    logger.info("converting: IR version %d, %d graph nodes, %d functions; target opset %s, decompose %s",
-                proto.ir_version, len(proto.graph.node), len(proto.functions), target_opset,
-                ", ".join(sorted(names)) or "none")
-    try:
-        report = run_pipeline(proto, target_opset=target_opset, decompose=names,
-                              verifier=_recording(verifier, seen) if verifier is not None else None,
-                              serialized=serialized)
-        if plan is not None:
-            from lowerer.backends.lowering import lower
+def _working_copy(model: object) -> tuple[onnx.ModelProto, bytes | None, Path | None, str]:
+    """(the copy converted in place, the bytes it was parsed from or None, the source folder, the kind)."""
+    from lowerer.model_io import InputModel, check_external_data, load_input
+    from lowerer.structure import check_structure
 
-            report = lower(proto, plan, report, _recording(verifier, seen) if verifier is not None else None)
-    except VerificationError as e:  # the report so far, the failing rewrite last, for the user to read
-        e.report = Report(rewrites=seen, source_opset=default_opset(proto.opset_import), target_opset=target_opset,
-                          decompose=tuple(sorted(names)), verification=verifier.summary() if verifier else None,
-                          notes=["verification failed: the conversion stopped at the last rewrite listed"])
-        raise
-    if target_opset is not None or report.decompose or plan is not None:
-        from lowerer.validation import check_loads, check_output
+    if isinstance(model, (str, os.PathLike, InputModel)):
+        loaded = model if isinstance(model, InputModel) else load_input(model)
+        # converted in place: an InputModel is used up; external data is found in its folder, as onnx.load does
+        return loaded.model, loaded.serialized, loaded.directory, "path"
+    kind = "proto"
+    if isinstance(model, onnx.ModelProto):
+        proto = onnx.ModelProto()
+        try:  # the copy, by way of the bytes (as fast as CopyFrom); they spare the walk a name scan
+            serialized: bytes | None = model.SerializeToString()
+            proto.ParseFromString(serialized)
+        except Exception:  # e.g. over 2 GiB: protobuf cannot serialize it
+            serialized = None
+            proto.CopyFrom(model)
+    else:
+        ir_model = _ir_model_of(model)
+        if ir_model is None:
+            raise InputError(f"cannot convert a {type(model).__name__}: give an onnx.ModelProto, an "
+                             "onnx_ir.Model (or an object holding one in .model, like torch.onnx.ONNXProgram) "
+                             "or a path")
+        proto = _from_ir(ir_model)
+        kind = "ir"
+        try:  # the bytes spare walks over every tensor and name (see run_pipeline)
+            serialized = proto.SerializeToString()
+        except Exception:  # over 2 GiB
+            serialized = None
+    if proto.ir_version <= 0 or not proto.HasField("graph"):
+        raise InputError("the model is not an ONNX model (no IR version or no graph)")
+    check_external_data(proto, None, source="the model", serialized=serialized)
+    check_structure(proto, source="the model", serialized=serialized)
+    return proto, serialized, None, kind
 
-        check_output(proto, serialized if serialized is not None else original, target_opset,
-                     input_strict=report.strictly_checked)
-        if len(proto.graph.node) <= ORT_LOAD_CHECK_MAX_NODES and not _has_external_data(proto):
-            why = check_loads(proto)
-            if why is not None:
-                _refuse_unloadable(proto, why, serialized if serialized is not None else original, report)
-    del serialized
-    report.source_ir_version, report.ir_version = source_ir, proto.ir_version
-    if verifier is not None:
-        report.verification = verifier.summary()
+
+def _verifier(options: ConvertOptions) -> Any:
+    """The per-rewrite verifier the options ask for (progress reported when a callback is given)."""
+    from lowerer.verification import make_verifier
+
+    progress = options.progress
+
+    def on_verified(rewrites: int, checks: int) -> None:
+        notify(progress, "verify", rewrites, None, "rewrites", f"{checks} distinct checks")
+
+    return make_verifier(providers=None if options.providers is None else list(options.providers), seed=options.seed,
+                         progress=on_verified if progress else None, max_ulp=options.max_ulp, exact=options.exact)
+
+
+def _finish_report(state: State, source_ir: int) -> None:
+    """The report's IR versions and verification summary (or why nothing was verified)."""
+    report = state.report
+    report.source_ir_version, report.ir_version = source_ir, state.model.ir_version
+    if state.verifier is not None:
+        report.verification = state.verifier.summary()
         v = report.verification
         logger.info("verified %s rewrites with %s distinct checks (%s sessions) in %.2f s on %s", v["rewrites"],
                     v["distinct_checks"], v["sessions"], v["seconds"], ", ".join(v["providers"]))
     else:
         for rewrite in report.rewrites:
             rewrite.reason = "verification was turned off (verify=False / --no-verify)"
-    if original is not None:
-        from lowerer.verification.whole import ModelSource, verify_models
-
-        try:
-            verify_models(ModelSource(original, source_dir, "original"), ModelSource(proto, source_dir, "converted"),
-                          options=options, providers=chosen, seed=seed, report=report, progress=progress)
-        except VerificationError as e:
-            e.report = report
-            raise
-        del original
-    if optimize is not False and optimize is not None:
-        from lowerer.optimize import optimize_model
-
-        optimize_options = options if optimize is True else _model_check_options(optimize, "optimize")
-        proto = optimize_model(proto, source_dir, report=report, options=optimize_options, providers=chosen,
-                               seed=seed, progress=progress)
-    if plan is not None:
-        from lowerer.backends.lowering import prove
-
-        prove(proto, plan, report, source_dir)
-    if kind == "ir":
-        return ConvertResult(_to_ir(proto), report)
-    return ConvertResult(proto, report)
-
-
-#: Converted models up to this many main-graph nodes are opened in onnxruntime before they are returned;
-#: larger ones are left to ``verify_model`` (opening costs ~60 us per node: 3 s at 50k nodes).
-ORT_LOAD_CHECK_MAX_NODES = 20_000
-
-
-def _has_external_data(model: onnx.ModelProto) -> bool:
-    from lowerer.model_io import external_data_locations
-
-    return bool(external_data_locations(model))
-
-
-def _refuse_unloadable(converted: onnx.ModelProto, why: str, source: onnx.ModelProto | bytes | None,
-                       report: Report) -> None:
-    """Refuse a converted model onnxruntime will not open, unless it will not open the input either."""
-    from lowerer.errors import ConversionError
-    from lowerer.validation import as_model, check_loads, ort_supports
-
-    if source is not None:
-        original = as_model(source)
-        if not ort_supports(original) or check_loads(original) is not None:
-            # Nothing to compare with: onnxruntime does not open the input either (or not its opset).
-            report.notes.append(f"onnxruntime does not open the converted model ({why}), nor the input")
-            return
-    raise ConversionError(f"onnxruntime does not open the converted model ({why}), though it opens the input; "
-                          "the conversion is refused (a gap in lowerer, please report it)")
-
-
-def _recording(verifier: Callable[[Rewrite], None], seen: list[Rewrite]) -> Callable[[Rewrite], None]:
-    """``verifier``, also keeping each rewrite it is given (for the report of a failed verification)."""
-
-    def verify(rewrite: Rewrite) -> None:
-        seen.append(rewrite)
-        verifier(rewrite)
-
-    return verify
-
-
-def _model_check_options(value: object, name: str = "verify_model") -> ModelCheckOptions | None:
-    from lowerer.verification.whole import ModelCheckOptions
-
-    if value is False or value is None:
-        return None
-    if value is True:
-        return ModelCheckOptions()
-    if isinstance(value, ModelCheckOptions):
-        return value
-    raise InputError(f"{name} must be True, False or a ModelCheckOptions, not {type(value).__name__}")
 
 
 def _ir_model_of(model: object) -> ir.Model | None:

@@ -76,7 +76,7 @@ def inspect_model(path: str | os.PathLike[str], *, target_opset: int | None = No
     With ``reach``, also the lowest and highest opsets the model converts to.
     """
     from lowerer.model_io import load_model
-    from lowerer.pipeline import normalize_decompose
+    from lowerer.options import normalize_decompose
 
     model = load_model(path)
     names = normalize_decompose(decompose)

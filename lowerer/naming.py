@@ -4,7 +4,12 @@ from __future__ import annotations
 
 import onnx
 
-__all__ = ["NameGenerator"]
+__all__ = ["NameGenerator", "node_label"]
+
+
+def node_label(node: onnx.NodeProto) -> str:
+    """How messages name a node: its name quoted, or ``<unnamed Op>``."""
+    return repr(node.name) if node.name else f"<unnamed {node.op_type}>"
 
 
 class NameGenerator:

@@ -1,24 +1,163 @@
-"""The options every entry point takes (API, command line, onnx_ir pass), checked in one place.
+"""The options every entry point takes (API, command line, onnx_ir pass), checked once.
 
-Each function returns the option in its canonical form or raises :class:`~lowerer.errors.InputError`
-with one line; a wrong type (``decompose=123``, ``providers=[None]``) is an ``InputError`` too.
+:meth:`ConvertOptions.create` checks every option of a conversion and returns them frozen; the
+command line, :func:`lowerer.convert` and :class:`lowerer.LowerPass` all build one. Each check
+returns the option in its canonical form or raises :class:`~lowerer.errors.InputError` with one
+line; a wrong type (``decompose=123``, ``providers=[None]``) is an ``InputError`` too.
 """
 
 from __future__ import annotations
 
 import operator
 from collections.abc import Iterable
-from typing import Any
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
 
 from lowerer.errors import InputError
+from lowerer.steps.registry import Request
 
-__all__ = ["check_flag", "check_progress", "decompose_names", "provider_list", "seed_value"]
+if TYPE_CHECKING:
+    from lowerer.backends.profile import Profile
+    from lowerer.progress import ProgressCallback
+    from lowerer.verification.whole import ModelCheckOptions
+
+__all__ = ["ConvertOptions", "check_flag", "check_progress", "decompose_names", "normalize_decompose",
+           "provider_list", "seed_value"]
+
+
+@dataclass(frozen=True)
+class ConvertOptions:
+    """Every option of a conversion, checked (build it with :meth:`create`).
+
+    Attributes:
+        target_opset: the default-domain opset to convert to; None keeps the model's.
+        decompose: the decomposition names asked for, canonical (lower case).
+        request: what the step engine is asked of every node (lowerer's decompositions, expansions).
+        verify: run each rewrite before and after and compare.
+        providers: the execution providers (full names), or None for the default choice.
+        seed: seed of the generated verification inputs.
+        verify_model: the whole-model check's options, or None when it does not run.
+        optimize: the optimization check's options, or None when ``optimize`` is off.
+        progress: the progress callback, or None.
+        max_ulp: the error budget of function-body expansions (None: per-type defaults).
+        exact: accept no difference at all.
+        profile: the backend profile (``for_backend``), or None.
+        allow_fallback: with ``profile``, keep nodes no exact form replaces.
+    """
+
+    target_opset: int | None = None
+    decompose: frozenset[str] = frozenset()
+    request: Request = Request()
+    verify: bool = True
+    providers: tuple[str, ...] | None = None
+    seed: int = 0
+    verify_model: ModelCheckOptions | None = None
+    optimize: ModelCheckOptions | None = None
+    progress: ProgressCallback | None = None
+    max_ulp: int | None = None
+    exact: bool = False
+    profile: Profile | None = None
+    allow_fallback: bool = False
+
+    @property
+    def converts(self) -> bool:
+        """Whether any node may change (a target, a decomposition or a backend)."""
+        return self.target_opset is not None or bool(self.decompose) or self.profile is not None
+
+    @classmethod
+    def create(cls, *, target_opset: Any = None, decompose: Any = (), verify: Any = True, providers: Any = None,
+               seed: Any = 0, verify_model: Any = False, optimize: Any = False, progress: Any = None,
+               max_ulp: Any = None, exact: Any = False, for_backend: Any = None,
+               allow_fallback: Any = False) -> ConvertOptions:
+        """Check every option (see :func:`lowerer.convert` for their meaning) and freeze them.
+
+        Raises:
+            InputError: an option of the wrong type or value, or two that contradict each other.
+        """
+        from lowerer.opsets import check_target_opset
+
+        if target_opset is not None:
+            check_target_opset(target_opset)
+        names = decompose_names(decompose)
+        exact = check_flag(exact, "exact")
+        if max_ulp is not None and (not isinstance(max_ulp, int) or isinstance(max_ulp, bool) or max_ulp < 0):
+            raise InputError(f"max_ulp must be a non-negative integer or None, not {max_ulp!r}")
+        if exact and max_ulp:
+            raise InputError("exact=True accepts no difference; it cannot go with max_ulp")
+        chosen = provider_list(providers)
+        check = model_check_options(verify_model)
+        tuned = None if optimize is False or optimize is None else (
+            check or model_check_options(True) if optimize is True else model_check_options(optimize, "optimize"))
+        profile = None
+        if for_backend is not None:
+            from lowerer.backends.profile import load_profile
+
+            profile = load_profile(for_backend)
+            allow_fallback = check_flag(allow_fallback, "allow_fallback")
+        elif allow_fallback is not False:
+            raise InputError("allow_fallback goes with for_backend (a backend name)")
+        return cls(target_opset=target_opset, decompose=names, request=request_for(names),
+                   verify=check_flag(verify, "verify"), providers=None if chosen is None else tuple(chosen),
+                   seed=seed_value(seed), verify_model=check, optimize=tuned, progress=check_progress(progress),
+                   max_ulp=max_ulp, exact=exact, profile=profile, allow_fallback=bool(allow_fallback))
+
+
+def model_check_options(value: object, name: str = "verify_model") -> ModelCheckOptions | None:
+    """A whole-model check's options: False/None (no check), True (the defaults) or a ModelCheckOptions."""
+    from lowerer.verification.whole import ModelCheckOptions
+
+    if value is False or value is None:
+        return None
+    if value is True:
+        return ModelCheckOptions()
+    if isinstance(value, ModelCheckOptions):
+        return value
+    raise InputError(f"{name} must be True, False or a ModelCheckOptions, not {type(value).__name__}")
+
+
+def request_for(names: frozenset[str]) -> Request:
+    """The engine's request for decomposition ``names``: lowerer's own decompositions, and ops to expand."""
+    from lowerer.rules import REGISTRY
+    from lowerer.steps.expansion import expandable_ops
+
+    own = frozenset(n for n in names if n in REGISTRY.decompositions)
+    ops = expandable_ops()
+    return Request(own, frozenset(ops[n] for n in names - own if n in ops))
+
+
+def normalize_decompose(decompose: Iterable[str] | str | None) -> frozenset[str]:
+    """Validate decomposition names; raises InputError listing valid names.
+
+    A name is one of lowerer's own exact decompositions (``hardmax``, ``globalmaxpool``), ``all``
+    (every one of those), or any op with a function body in onnx's schemas (``layernormalization``,
+    ``gelu``, ``hardswish`` ...), case-insensitive: that op is expanded into its body.
+    """
+    from lowerer.rules import REGISTRY
+    from lowerer.steps.expansion import expandable_ops
+
+    own = REGISTRY.decompositions
+    if decompose is None:
+        return frozenset()
+    items: list[object] = [decompose] if isinstance(decompose, str) else list(decompose)
+    names: set[str] = set()
+    for item in items:
+        if not isinstance(item, str):
+            raise InputError(f"decompose names must be strings, got {item!r}")
+        for part in (p.strip().lower() for p in item.split(",")):
+            if part == "all":
+                names.update(own)
+            elif part in own or part in expandable_ops():
+                names.add(part)
+            elif part:
+                valid = ", ".join([*sorted(own), "all"])
+                raise InputError(f"unknown decomposition {part!r}; valid names: {valid}, or any op with a function "
+                                 "body in onnx's schemas (e.g. layernormalization, gelu, hardswish; see "
+                                 "'lowerer inspect --help')")
+    return frozenset(names)
 
 
 def decompose_names(value: Any) -> frozenset[str]:
     """Decomposition names: a comma-separated string or an iterable of names (``all`` means every one)."""
-    from lowerer.pipeline import normalize_decompose
-
     if value is None:
         return frozenset()
     if isinstance(value, str):

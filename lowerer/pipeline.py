@@ -1,4 +1,9 @@
-"""The pass pipeline: one scan over every scope, each node taken to the target by the version-step engine."""
+"""The conversion walk: one scan over every scope, each node taken to the target by the version-step engine.
+
+The walk is the ``convert`` pass of :mod:`lowerer.passes`: version steps, the decompositions asked
+for and the backend forms a profile picks, all in one walk. Each rewrite becomes a
+:class:`~lowerer.report.Rewrite` whose ``crossings`` say which registry entries made it.
+"""
 
 from __future__ import annotations
 
@@ -10,22 +15,18 @@ import numpy as np
 import onnx
 
 from lowerer.constants import ConstantIndex
-from lowerer.errors import ConversionError, InputError
+from lowerer.errors import InputError
 from lowerer.naming import NameGenerator
-from lowerer.opsets import (
-    check_target_opset,
-    choose_ir_version,
-    default_opset,
-    is_default_domain,
-    since_version,
-)
+from lowerer.opsets import choose_ir_version, default_opset, is_default_domain, since_version
 from lowerer.report import Report, Rewrite
-from lowerer.rules import DECOMPOSITIONS
-from lowerer.scopes import Scope, iter_scopes, subgraphs_of
+from lowerer.rules import REGISTRY
+from lowerer.scopes import Scope, iter_scopes, subgraphs_of, used_names
+from lowerer.shapes import ShapeIndex
 from lowerer.steps.engine import Conversion, Picker, StepEngine
+from lowerer.steps.registry import Request
 from lowerer.validation import NodeGate, RewriteChecker
 
-__all__ = ["Verifier", "expansions", "normalize_decompose", "refuse_attribute_references", "run_pipeline"]
+__all__ = ["Verifier", "run_pipeline"]
 
 logger = logging.getLogger(__name__)
 
@@ -38,61 +39,12 @@ _CONTROL_FLOW = frozenset({"If", "Loop", "Scan", "SequenceMap"})
 _FED_AS_IS_MAX = 1 << 16
 
 
-def normalize_decompose(decompose: Iterable[str] | str | None) -> frozenset[str]:
-    """Validate decomposition names; raises InputError listing valid names.
-
-    A name is one of lowerer's own exact decompositions (``hardmax``, ``globalmaxpool``), ``all``
-    (every one of those), or any op with a function body in onnx's schemas (``layernormalization``,
-    ``gelu``, ``hardswish`` ...), case-insensitive: that op is expanded into its body.
-    """
-    from lowerer.rules.expansion import expandable_ops
-
-    if decompose is None:
-        return frozenset()
-    if isinstance(decompose, str):
-        items: list[object] = [decompose]
-    else:
-        try:
-            items = list(decompose)
-        except TypeError:
-            raise InputError(f"decompose must be a name or a list of names, got {type(decompose).__name__}") from None
-    names: set[str] = set()
-    for item in items:
-        if not isinstance(item, str):
-            raise InputError(f"decompose names must be strings, got {item!r}")
-        for part in item.split(","):
-            part = part.strip().lower()
-            if not part:
-                continue
-            if part == "all":
-                names.update(DECOMPOSITIONS)
-            elif part in DECOMPOSITIONS or part in expandable_ops():
-                names.add(part)
-            else:
-                valid = ", ".join([*sorted(DECOMPOSITIONS), "all"])
-                raise InputError(f"unknown decomposition {part!r}; valid names: {valid}, or any op with a function "
-                                 "body in onnx's schemas (e.g. layernormalization, gelu, hardswish; see "
-                                 "'lowerer inspect --help')")
-    return frozenset(names)
-
-
-def expansions(names: frozenset[str]) -> frozenset[str]:
-    """The op names (schema spelling) among decomposition ``names`` that are function-body expansions."""
-    from lowerer.rules.expansion import expandable_ops
-
-    ops = expandable_ops()
-    return frozenset(ops[n] for n in names if n not in DECOMPOSITIONS and n in ops)
-
-
 class _Run:
-    def __init__(self, model: onnx.ModelProto, target: int | None, decompose: frozenset[str],
+    def __init__(self, model: onnx.ModelProto, target: int | None, request: Request,
                  verifier: Verifier | None, serialized: bytes | None = None, picker: Picker | None = None,
                  picked_ops: frozenset[str] = frozenset()) -> None:
-        from lowerer.shapes import ShapeIndex
-
         self.model = model
         self.target = target
-        self.decompose = decompose
         self.verifier = verifier
         self.names = NameGenerator(model, serialized)
         self.shapes = ShapeIndex(model, serialized)
@@ -100,17 +52,17 @@ class _Run:
         self.constants = ConstantIndex(model, lambda scope, name: _static_dims(self.shapes, scope, name),
                                        lambda scope, name: _rank(self.shapes, scope, name))
         self._used: set[str] | None = None
-        own = frozenset(n for n in decompose if n in DECOMPOSITIONS)
-        self.engine = StepEngine(self.names, self.shapes, self.constants, own, self.used, expansions(decompose),
+        self.engine = StepEngine(REGISTRY, self.names, self.shapes, self.constants, request, self.used,
                                  picker, picked_ops)  # picker: --for BACKEND (lowerer.backends)
         self._gates: dict[int, NodeGate] = {}
         self.strict = RewriteChecker()
-        self.report = Report(target_opset=target, decompose=tuple(sorted(decompose)))
+        self.report = Report(target_opset=target,
+                             decompose=tuple(sorted({*request.decompose, *(o.lower() for o in request.expand)})))
 
     def used(self, name: str) -> bool:
         """Whether any node anywhere reads ``name``, or it is a graph or function output."""
         if self._used is None:
-            self._used = _used_names(self.model)
+            self._used = used_names(self.model)
         return name in self._used
 
     def scope(self, scope: Scope) -> None:
@@ -215,6 +167,7 @@ class _Run:
             from_version=since_version(node.op_type, source) or 0,
             to_opset=target,
             rule=_rule_name(conversion),
+            crossings=list(conversion.crossings),
             emitted=[n.op_type for n in conversion.nodes] or ["initializer"],
             original=original,
             replacement=conversion.nodes,
@@ -223,7 +176,6 @@ class _Run:
             input_types=self._input_types(node, scope),
             input_values=self._input_values(node, scope),
             derived_inputs=self._derived_inputs(node, scope),
-            steps=list(conversion.how),
         )
         # The first rewrite of each pattern: every node it emits checked against its schema at the target,
         # then (after verification, which names a wrong rewrite better) onnx's strict inference of it.
@@ -313,11 +265,12 @@ class _Run:
 
 
 def _rule_name(conversion: Conversion) -> str:
-    """The report's rule name: the owned rule, else the adapters used, else ``version-steps``."""
-    rules = [h.split(": rule ", 1)[1] for h in conversion.how if ": rule " in h]
-    if rules:
-        return rules[0]
-    adapters = sorted({h.rsplit(": ", 1)[1] for h in conversion.how} - {"generic"})
+    """The report's rule name: the first rule, decomposition, form or expansion, else the adapters, else
+    ``version-steps``."""
+    for c in conversion.crossings:
+        if c.kind in ("rule", "decomposition", "form", "expansion"):
+            return c.entry
+    adapters = sorted({c.entry for c in conversion.crossings if c.kind == "adapter"})
     return "+".join(adapters) if adapters else "version-steps"
 
 
@@ -326,82 +279,49 @@ def _constants_as_nodes(conversion: Conversion) -> Conversion:
     if not conversion.constants:
         return conversion
     made = [onnx.helper.make_node("Constant", [], [t.name], value=t) for t in conversion.constants]
-    return Conversion(made + conversion.nodes, [], conversion.how)
+    return Conversion(made + conversion.nodes, [], conversion.crossings)
 
 
-def _static_dims(shapes: object, scope: Scope, name: str) -> list[int | None] | None:
-    from lowerer.shapes import ShapeIndex
-
-    assert isinstance(shapes, ShapeIndex)
+def _static_dims(shapes: ShapeIndex, scope: Scope, name: str) -> list[int | None] | None:
     vt = shapes.lookup(scope, name, lambda vt: vt[1] is not None and None not in vt[1])
     return None if vt is None or vt[1] is None else list(vt[1])
 
 
-def _rank(shapes: object, scope: Scope, name: str) -> int | None:
-    from lowerer.shapes import ShapeIndex
-
-    assert isinstance(shapes, ShapeIndex)
+def _rank(shapes: ShapeIndex, scope: Scope, name: str) -> int | None:
     vt = shapes.lookup(scope, name, lambda vt: vt[1] is not None)
     return None if vt is None or vt[1] is None else len(vt[1])
-
-
-def _used_names(model: onnx.ModelProto) -> set[str]:
-    used: set[str] = set()
-
-    def graph(g: onnx.GraphProto) -> None:
-        used.update(o.name for o in g.output)
-        nodes(g.node)
-
-    def nodes(ns: Iterable[onnx.NodeProto]) -> None:
-        for n in ns:
-            used.update(n.input)
-            for a in n.attribute:
-                if a.type == onnx.AttributeProto.GRAPH:
-                    graph(a.g)
-                elif a.type == onnx.AttributeProto.GRAPHS:
-                    for g in a.graphs:
-                        graph(g)
-
-    graph(model.graph)
-    for f in model.functions:
-        used.update(f.output)
-        nodes(f.node)
-    used.discard("")
-    return used
 
 
 def run_pipeline(
     model: onnx.ModelProto,
     *,
     target_opset: int | None = None,
-    decompose: Iterable[str] | str | None = None,
+    request: Request = Request(),
     verifier: Verifier | None = None,
     serialized: bytes | None = None,
     picker: Picker | None = None,
     picked_ops: frozenset[str] = frozenset(),
 ) -> Report:
-    """Convert ``model`` in place to ``target_opset`` and apply the decompositions.
+    """Convert ``model`` in place to ``target_opset``, with the decompositions and backend forms, in one walk.
 
-    Only nodes whose op changes version (or is decomposed) are touched. Returns the report.
+    The options are checked already (:class:`lowerer.options.ConvertOptions`). Only nodes whose op
+    changes version, is decomposed or is picked by the backend profile are touched. Returns the report.
     ``serialized``, when the caller has it (the bytes the model was parsed from), saves work: no
     scan for name collisions when no name can collide, and shape inference (when a step needs
     it) runs on those bytes without serializing. ``picker`` picks a form per node of ``picked_ops``
-    (a backend profile, :mod:`lowerer.backends`), before decompositions and version steps.
+    once the node is at the target (a backend profile, :mod:`lowerer.backends`).
 
     Raises:
-        InputError: bad options or a model lowerer cannot read.
+        InputError: a model lowerer cannot read.
         ConversionError: a node cannot be converted exactly.
         VerificationError: a rewrite computed different numbers (raised by ``verifier``).
     """
-    if target_opset is not None:
-        check_target_opset(target_opset)
-    names = normalize_decompose(decompose)
     source_opset = default_opset(model.opset_import)
-    if target_opset is None and not names and picker is None:
+    if target_opset is None and not request.decompose and not request.expand and picker is None:
         report = Report(target_opset=None, decompose=())
         report.source_opset = source_opset
         return report
-    run = _Run(model, target_opset, names, verifier, serialized, picker, picked_ops)
+    run = _Run(model, target_opset, request, verifier, serialized, picker, picked_ops)
     run.report.source_opset = source_opset
     # The scan makes many small objects and no reference cycles: the cyclic collector's full passes
     # over them cost time that grows faster than the model (about 12% at 200k nodes). Off meanwhile.
@@ -420,23 +340,6 @@ def run_pipeline(
     model.ir_version = choose_ir_version(model.ir_version, model.opset_import, bool(model.functions))
     run.report.strictly_checked = bool(run.shapes.input_strict) and run.strict.complete
     return run.report
-
-
-def refuse_attribute_references(node: onnx.NodeProto, scope: Scope, op: str, target: int) -> None:
-    """Refuse to rewrite a node (in a function) whose attributes refer to the function's attributes.
-
-    Such an attribute (``ref_attr_name``) has its value per call site, not in the node: a rule
-    or step would read it as absent (axis 0 ...) and compute something else.
-    """
-    refs = [(a.name, a.ref_attr_name) for a in node.attribute if a.ref_attr_name]
-    if refs:
-        label = repr(node.name) if node.name else f"<unnamed {node.op_type}>"
-        listed = ", ".join(f"{name}=@{ref}" for name, ref in refs)
-        raise ConversionError(
-            f"node {label} ({op}, in {scope.path}) cannot be converted to opset {target}: its attribute(s) "
-            f"{listed} refer to the function's attributes, whose values come from each call; lowerer "
-            "converts only nodes with literal attribute values (inline the function or give literal values)",
-            node=node, scope=scope.path)
 
 
 def _set_default_opset(imports: object, target: int, add: bool) -> None:

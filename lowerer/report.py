@@ -17,16 +17,49 @@ from typing import Any
 
 import onnx
 
-__all__ = ["SCHEMA_VERSION", "Report", "Rewrite", "tool_versions"]
+__all__ = ["SCHEMA_VERSION", "Crossing", "Report", "Rewrite", "tool_versions"]
 
 #: The version of the report's JSON layout: the major number changes when a field is removed or
 #: changes meaning, the minor one when fields are added.
-SCHEMA_VERSION = "2.1"
+SCHEMA_VERSION = "2.2"
 
 #: ``field(metadata=...)`` key: a field that is working data, not part of the JSON record.
 INTERNAL = "lowerer_internal"
 #: Fields of a :class:`Rewrite` that describe its check; identical checks are stored once.
 CHECK_FIELDS = ("status", "reason", "provider", "details")
+
+
+@dataclass(frozen=True)
+class Crossing:
+    """One registry entry applied to a node on its way to the target (provenance, as data).
+
+    Attributes:
+        kind: the entry's kind (``rule``, ``adapter``, ``generic``, ``expansion``, ``decomposition``, ``form``).
+        entry: the entry's name (``shape_15_13``, ``coerced-axis``, ``generic`` ...).
+        op: the op of the node it was applied to.
+        start: that node's since-version.
+        end: the since-version it was taken to by a version step, or None (a rule, expansion or form,
+            whose output is written for ``opset``).
+        opset: the default-domain opset what it emitted is valid at (None: a function body's own opset).
+        why: why this entry was applied (an expansion's reason), or "".
+    """
+
+    kind: str
+    entry: str
+    op: str
+    start: int
+    end: int | None = None
+    opset: int | None = None
+    why: str = ""
+
+    def describe(self) -> str:
+        """The crossing in words (``ReduceSum 13 → 11: generic``)."""
+        if self.end is not None:
+            return f"{self.op} {self.start} → {self.end}: {self.entry}"
+        if self.kind == "expansion":
+            return f"{self.op}-{self.start} → its function body at opset {self.opset} ({self.why}): " \
+                   f"rule {self.entry}"
+        return f"{self.op}-{self.start} → opset {self.opset}: rule {self.entry}"
 
 
 @dataclass
@@ -57,7 +90,7 @@ class Rewrite:
         input_values: the constant inputs of the original node (verification feeds them as they are).
         derived_inputs: shape inputs computed from the other inputs' dims (an ``int`` or an
             ``(input, dim)`` per element): verification computes them from the shapes it generates.
-        steps: how each version step was crossed (``ReduceSum 13 → 11: generic``), or the rule applied.
+        crossings: each registry entry applied on the way, in order (provenance, as data).
     """
 
     node: str
@@ -78,7 +111,12 @@ class Rewrite:
     input_types: dict[str, Any] = field(default_factory=dict, repr=False, metadata={INTERNAL: True})
     input_values: dict[str, Any] = field(default_factory=dict, repr=False, metadata={INTERNAL: True})
     derived_inputs: dict[str, Any] = field(default_factory=dict, repr=False, metadata={INTERNAL: True})
-    steps: list[str] = field(default_factory=list)
+    crossings: list[Crossing] = field(default_factory=list)
+
+    @property
+    def steps(self) -> list[str]:
+        """Each crossing in words (``ReduceSum 13 → 11: generic``)."""
+        return [c.describe() for c in self.crossings]
 
     def values(self) -> dict[str, list[str]]:
         """The names of the original node's input and output values (this node's own)."""
@@ -93,6 +131,7 @@ class Rewrite:
             if f.metadata.get(INTERNAL):
                 continue
             out[f.name] = jsonable(getattr(self, f.name))
+        out["steps"] = self.steps
         out["values"] = self.values()
         return out
 

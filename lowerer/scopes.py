@@ -7,14 +7,14 @@ a shape-inferred copy of the model, so that a value's facts come from the scope 
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 
 import onnx
 
 from lowerer.opsets import default_opset
 
-__all__ = ["Locator", "Scope", "find_graph", "function_key", "iter_scopes", "subgraphs_of"]
+__all__ = ["Locator", "Scope", "find_graph", "function_key", "iter_scopes", "node_graphs", "subgraphs_of", "used_names"]
 
 #: How to reach a subgraph from its root: (node index, attribute name, graph index) per level.
 Locator = tuple[tuple[int, str, int], ...]
@@ -53,6 +53,26 @@ class Scope:
         return Scope(f"{self.path}/{label}.{shown}", graph, self.opset, self.function, self,
                      (*self.locator, (index, attr_name, max(position, 0))))
 
+    def children(self, index: int, node: onnx.NodeProto) -> Iterator[Scope]:
+        """The scopes of ``node``'s subgraphs (``node`` at ``index`` in this scope)."""
+        if node.attribute:
+            for attr_name, position, graph in subgraphs_of(node):
+                yield self.child(index, node, attr_name, position, graph)
+
+    def scopes(self) -> Iterator[Scope]:
+        """This scope and every subgraph scope below it, at any depth."""
+        yield self
+        for index, node in enumerate(self.holder.node):
+            for child in self.children(index, node):
+                yield from child.scopes()
+
+    def walk(self) -> Iterator[tuple[Scope, int, onnx.NodeProto]]:
+        """Every node of this scope and of the subgraphs below it, at any depth, with its scope and index."""
+        for index, node in enumerate(self.holder.node):
+            yield self, index, node
+            for child in self.children(index, node):
+                yield from child.walk()
+
 
 def function_key(function: onnx.FunctionProto) -> str:
     """How a model-local function is named in messages and reports."""
@@ -71,6 +91,12 @@ def subgraphs_of(node: onnx.NodeProto) -> Iterator[tuple[str, int, onnx.GraphPro
         elif attr.type == onnx.AttributeProto.GRAPHS:
             for i, g in enumerate(attr.graphs):
                 yield attr.name, i, g
+
+
+def node_graphs(node: onnx.NodeProto) -> Iterator[onnx.GraphProto]:
+    """Each subgraph of ``node`` (its GRAPH and GRAPHS attributes), in attribute order."""
+    for _, _, graph in subgraphs_of(node):
+        yield graph
 
 
 def find_graph(root: onnx.GraphProto, locator: Locator) -> onnx.GraphProto | None:
@@ -101,3 +127,26 @@ def iter_scopes(model: onnx.ModelProto) -> Iterator[Scope]:
         if opset is None:
             opset = default_opset(model.opset_import)
         yield Scope(f"function:{function_key(function)}", function, opset, function)
+
+
+def used_names(model: onnx.ModelProto) -> set[str]:
+    """Every name any node anywhere reads, and every graph and function output."""
+    used: set[str] = set()
+
+    def graph(g: onnx.GraphProto) -> None:
+        used.update(o.name for o in g.output)
+        nodes(g.node)
+
+    def nodes(ns: Iterable[onnx.NodeProto]) -> None:
+        for n in ns:
+            used.update(n.input)
+            if n.attribute:
+                for g in node_graphs(n):
+                    graph(g)
+
+    graph(model.graph)
+    for f in model.functions:
+        used.update(f.output)
+        nodes(f.node)
+    used.discard("")
+    return used

@@ -28,7 +28,9 @@ from onnx import TensorProto, helper
 import lowerer
 from lowerer.errors import ConversionError, InputError, VerificationError
 from lowerer.opsets import MAX_OPSET, since_version
-from lowerer.rules import DECOMPOSITIONS
+from lowerer.rules import REGISTRY
+
+DECOMPOSITIONS = REGISTRY.decompositions
 
 _LONG = int(os.environ.get("LOWERER_FUZZ_EXAMPLES", "0") or 0)
 #: LOWERER_FUZZ_VERIFY=0 turns lowerer's own per-rewrite verification off (on in a quarter of cases)

@@ -38,7 +38,7 @@ from lowerer import model_io
 from lowerer.cli import main
 from lowerer.errors import InputError, one_line
 from lowerer.files import Transaction
-from lowerer.rules.base import Emitter, Rule
+from lowerer.steps.emitter import Emitter, Rule
 
 F = TensorProto.FLOAT
 LONG = "x" * 300  # longer than NAME_MAX (255)
@@ -95,7 +95,7 @@ class DropsSelectLast(Rule):
 
 
 def test_1_report_written_on_failed_verification(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setitem(rules._BY_OP, "ArgMax", DropsSelectLast())
+    monkeypatch.setitem(rules.REGISTRY._spans, ("", "ArgMax"), DropsSelectLast())
     node = helper.make_node("ArgMax", ["x"], ["y"], axis=1, select_last_index=1, name="am")
     graph = helper.make_graph([node], "g", [helper.make_tensor_value_info("x", F, [2, 4, 5])],
                               [helper.make_tensor_value_info("y", TensorProto.INT64, [2, 1, 5])])

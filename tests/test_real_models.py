@@ -90,7 +90,7 @@ def expanded(report: lowerer.Report) -> bool:
 
     Recognized by the rule lowerer reports expansions under (``function-expansion``).
     """
-    from lowerer.rules.expansion import EXPANSION_RULE
+    from lowerer.steps.expansion import EXPANSION_RULE
 
     return any(r.rule == EXPANSION_RULE for r in report.rewrites)
 

@@ -16,7 +16,7 @@ import lowerer
 import lowerer.rules as rules
 from lowerer.cli import main
 from lowerer.report import Rewrite
-from lowerer.rules.base import Emitter, Rule
+from lowerer.steps.emitter import Emitter, Rule
 from lowerer.verification import make_verifier
 from lowerer.verification import providers as prov
 from lowerer.verification.compare import compare
@@ -79,7 +79,7 @@ class WrongTranspose(Rule):
 
 @pytest.fixture
 def wrong_argmax(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setitem(rules._BY_OP, "ArgMax", DropsSelectLast())
+    monkeypatch.setitem(rules.REGISTRY._spans, ("", "ArgMax"), DropsSelectLast())
 
 
 # -- failures are caught -------------------------------------------------------------------------------
@@ -96,7 +96,7 @@ def test_wrong_rule_raises_verification_error(wrong_argmax: None) -> None:
 
 
 def test_wrong_transpose_rule_is_caught(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setitem(rules._BY_OP, "Softmax", WrongTranspose())
+    monkeypatch.setitem(rules.REGISTRY._spans, ("", "Softmax"), WrongTranspose())
     with pytest.raises(lowerer.VerificationError, match="wrong-softmax"):
         lowerer.convert(one_node("Softmax", 13, {"axis": 1}, shape=[2, 3, 4]), target_opset=11)
 
@@ -414,6 +414,6 @@ class LastMaxHardmax(Rule):
 
 
 def test_wrong_decomposition_is_caught(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setitem(rules.DECOMPOSITIONS, "hardmax", LastMaxHardmax())
+    monkeypatch.setitem(rules.REGISTRY.decompositions, "hardmax", LastMaxHardmax())
     with pytest.raises(lowerer.VerificationError, match=r"wrong-hardmax-decomposition.*input set (ties|all-equal)"):
         lowerer.convert(one_node("Hardmax", 13, {"axis": -1}), decompose="hardmax")

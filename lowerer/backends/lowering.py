@@ -20,8 +20,9 @@ from lowerer.backends.plan import BackendPlan, Finding, Kept, scan
 from lowerer.backends.profile import Profile, load_profile
 from lowerer.errors import ConversionError
 from lowerer.report import Report
+from lowerer.steps.registry import PICKED
 
-__all__ = ["backend_record", "lower", "make_plan", "prove", "refusal"]
+__all__ = ["PICKED", "backend_record", "finish", "make_plan", "prove", "refusal"]
 
 logger = logging.getLogger(__name__)
 
@@ -49,65 +50,51 @@ def refusal(finding: Finding, profile: Profile, reason: str, more: list[Finding]
             f"for onnxruntime's fallback{others}")
 
 
-def lower(model: onnx.ModelProto, plan: BackendPlan, report: Report,
-          verifier: Any = None, warn: bool = True) -> Report:
-    """Rewrite, in place, the nodes of ``model`` that ``plan``'s profile names; ``report`` merged with this pass.
+def finish(model: onnx.ModelProto, plan: BackendPlan, report: Report, warn: bool = True) -> None:
+    """After the conversion walk (whose picker was ``plan``): refuse or keep what the profile still names.
 
+    The walk applied each form where the node reached the target; here one scan of the result finds
+    what the profile still names, each with its reason, and ``report.backend`` is recorded.
     ``warn``: log one warning line per node kept as it is (``allow_fallback``); a dry run does not.
 
     Raises:
-        ConversionError: a node the profile names has no exact form (or its form refuses, or it is left),
-            unless the plan allows fallback.
-        VerificationError: a rewrite computed different numbers (raised by ``verifier``).
+        ConversionError: a node the profile names is left (no exact form, its form refused, or a rewrite
+            made it), unless the plan allows fallback.
     """
-    from lowerer.pipeline import run_pipeline
-
     profile = plan.profile
-    named = scan(model, profile)
-    no_form = [f for f in named if f.entry.rewrite is None]
-    if no_form and not plan.allow_fallback:
-        raise ConversionError(refusal(no_form[0], profile, "lowerer has no exact form for it", no_form[1:]))
-    second = Report()
-    left = no_form
-    if any(f.entry.rewrite is not None for f in named):
-        second = run_pipeline(model, verifier=verifier, picker=plan.pick, picked_ops=plan.picked_ops)
-        left = scan(model, profile)
-    before = {(f.scope, f.node) for f in named}
-    kept: list[Kept] = []
-    for finding in left:
-        earlier = plan.kept.get((finding.scope, finding.node))
-        if earlier is not None:
-            reason = f"its form ({finding.entry.rewrite}) refused: {earlier.reason}"
-        elif (finding.scope, finding.node) not in before:
-            reason = "a rewrite for this backend made it (its exact form needs this op)"
-        elif finding.entry.rewrite is None:
-            reason = "lowerer has no exact form for it"
-        else:
-            reason = f"it is still there after its form ({finding.entry.rewrite})"
-        kept.append(Kept(finding, reason))
+    left = scan(model, profile)
+    picked = {(f.scope, f.node) for f in plan.named}
+    named = [*plan.named, *(f for f in left if (f.scope, f.node) not in picked)]
+    kept = [Kept(f, _reason_left(f, plan, picked)) for f in left]
     if kept and not plan.allow_fallback:
         first = kept[0]
         raise ConversionError(refusal(first.finding, profile, first.reason, [k.finding for k in kept[1:]]))
     for k in kept if warn else ():
         logger.warning("node %s stays as it is: %s cannot run it (%s), and %s; onnxruntime falls back for it",
                        k.finding.label(), profile.spec, k.finding.entry.why, k.reason)
-    merged = Report(rewrites=[*report.rewrites, *second.rewrites], source_opset=report.source_opset,
-                    target_opset=report.target_opset, decompose=report.decompose,
-                    notes=[*report.notes, *second.notes])
-    merged.backend = backend_record(profile, named, second, kept)
-    return merged
+    rewritten = sum(1 for r in report.rewrites if any(c.why == PICKED for c in r.crossings))
+    report.backend = backend_record(profile, named, rewritten, kept)
 
 
-def backend_record(profile: Profile, named: list[Finding], second: Report, kept: list[Kept]) -> dict[str, Any]:
+def _reason_left(finding: Finding, plan: BackendPlan, picked: set[tuple[str, str]]) -> str:
+    earlier = plan.kept.get((finding.scope, finding.node))
+    if earlier is not None:
+        return f"its form ({finding.entry.rewrite}) refused: {earlier.reason}"
+    if finding.entry.rewrite is None:
+        return "lowerer has no exact form for it"
+    if (finding.scope, finding.node) not in picked:
+        return "a rewrite for this backend made it (its exact form needs this op)"
+    return f"it is still there after its form ({finding.entry.rewrite})"
+
+
+def backend_record(profile: Profile, named: list[Finding], rewritten: int, kept: list[Kept]) -> dict[str, Any]:
     """The report's ``backend`` record (the placement fields are added by the proof)."""
-    forms = {"hardmax-decomposition", "globalmaxpool-decomposition", "argmax-flip", "last-axis",
-             "constant-inputs", "function-expansion"}
     return {
         "backend": profile.name,
         "spec": profile.spec,
         "provider": profile.provider,
         "named": [f.to_dict() for f in named],
-        "rewritten": sum(1 for r in second.rewrites if r.rule in forms),
+        "rewritten": rewritten,
         "left": [k.to_dict() for k in kept],
         "placement": None,
         "placement_detail": None,
@@ -144,7 +131,7 @@ def prove(model: onnx.ModelProto, plan: BackendPlan, report: Report, data_dir: o
         except ValueError as e:  # protobuf cannot serialize a model over 2 GiB
             placement = Placement(NOT_PROVEN, provider, f"the model cannot be given to onnxruntime from memory ({e})")
     if report.backend is None:
-        report.backend = backend_record(plan.profile, [], Report(), [])
+        report.backend = backend_record(plan.profile, [], 0, [])
     report.backend["placement"] = placement.status
     report.backend["placement_detail"] = placement.detail
     if placement.status == FAILED:
@@ -166,11 +153,6 @@ def placement_line(record: dict[str, Any]) -> str:
             f"{left} left to its fallback; {placement}" + (f" ({detail})" if detail else ""))
 
 
-#: The rules a backend pass rewrites with (report ``rule`` names).
-_FORM_RULES = frozenset({"hardmax-decomposition", "globalmaxpool-decomposition", "argmax-flip", "last-axis",
-                         "constant-inputs", "function-expansion"})
-
-
 def inspect_backend(path: object, for_backend: str, *, target_opset: int | None = None,
                     decompose: str | list[str] | None = None) -> dict[str, Any]:
     """What ``--for BACKEND`` would do to the model at ``path`` (a dry run, nothing verified or written).
@@ -181,7 +163,8 @@ def inspect_backend(path: object, for_backend: str, *, target_opset: int | None 
     (target opset, decompositions) would be refused.
     """
     from lowerer.model_io import load_model
-    from lowerer.pipeline import normalize_decompose, run_pipeline
+    from lowerer.options import normalize_decompose, request_for
+    from lowerer.pipeline import run_pipeline
 
     plan = make_plan(for_backend, True)
     profile = plan.profile
@@ -190,13 +173,14 @@ def inspect_backend(path: object, for_backend: str, *, target_opset: int | None 
                             "description": profile.description, "target_opset": target_opset,
                             "nodes": [], "refused": None}
     try:
-        report = run_pipeline(model, target_opset=target_opset, decompose=normalize_decompose(decompose))
-        report = lower(model, plan, report, warn=False)
+        report = run_pipeline(model, target_opset=target_opset, request=request_for(normalize_decompose(decompose)),
+                              picker=plan.pick, picked_ops=plan.picked_ops)
+        finish(model, plan, report, warn=False)
     except ConversionError as e:
         info["refused"] = str(e)
         return info
     assert report.backend is not None
-    made = {(r.scope, r.node): r for r in report.rewrites if r.rule in _FORM_RULES}
+    made = {(r.scope, r.node): r for r in report.rewrites if any(c.why == PICKED for c in r.crossings)}
     left = {(k["scope"], k["node"]): k for k in report.backend["left"]}
     rows = list(report.backend["named"])
     rows += [k for key, k in left.items() if not any((n["scope"], n["node"]) == key for n in rows)]

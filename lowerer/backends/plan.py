@@ -2,10 +2,10 @@
 
 :class:`BackendPlan` is the step engine's picker for ``--for BACKEND``: for each node of an op
 the profile names it finds the first matching entry and hands the engine that entry's exact form
-(:data:`FORMS`); the engine applies it like a decomposition, and every rewrite is verified as
-usual. :func:`scan` finds the nodes a profile names in a whole model (every scope), with the
-same conditions; it runs on the input (``inspect --for``, and to refuse early a node no exact
-form replaces) and on the converted model (nothing the profile names may be left).
+(a form of the registry, :mod:`lowerer.rules`) when the node has reached the target, in the same
+walk that converts the model; every rewrite is verified as usual. :func:`scan` finds the nodes a
+profile names in a whole model (every scope), with the same conditions; it runs once on the
+converted model (nothing the profile names may be left).
 """
 
 from __future__ import annotations
@@ -16,10 +16,10 @@ from dataclasses import dataclass, field
 
 import onnx
 
-from lowerer.backends.profile import REWRITES, Entry, Profile
+from lowerer.backends.profile import Entry, Profile
 from lowerer.errors import ConversionError
 from lowerer.opsets import since_version
-from lowerer.scopes import Scope, iter_scopes, subgraphs_of
+from lowerer.scopes import Scope, iter_scopes
 from lowerer.steps.engine import Pick
 
 __all__ = ["BackendPlan", "Finding", "Kept", "scan"]
@@ -74,7 +74,8 @@ class BackendPlan:
     allow_fallback: bool = False
     #: Nodes whose form refused, kept as they are (only with ``allow_fallback``), by (scope, node).
     kept: dict[tuple[str, str], Kept] = field(default_factory=dict)
-    _rules: dict[int, object] = field(default_factory=dict)
+    #: Every node the picker matched to an entry with a form, in the order the walk met them.
+    named: list[Finding] = field(default_factory=list)
 
     @property
     def picked_ops(self) -> frozenset[str]:
@@ -82,54 +83,33 @@ class BackendPlan:
         return frozenset(op for e in self.profile.entries if e.rewrite is not None for op in e.ops)
 
     def pick(self, node: onnx.NodeProto, scope: Scope, version: int, facts: object) -> Pick | None:
-        """The form for ``node`` (at since-version ``version``), or None when the profile does not name it."""
+        """The form for ``node`` (at since-version ``version``, at the target), or None when the profile does not name it."""
         from lowerer.facts import Facts
 
         assert isinstance(facts, Facts)
         entry = self.profile.entry_for(node, version, facts)
         if entry is None or entry.rewrite is None:
             return None
-        keep = self._keep(entry, version) if self.allow_fallback else None
-        if entry.rewrite == "expand":
-            return Pick(None, keep_if_refused=keep)
-        rule, at_source = self._rule(entry)
-        return Pick(rule, at_source=at_source, keep_if_refused=keep)
+        name = node.name or f"{node.op_type}#{_index(scope, node)}"
+        self.named.append(Finding(scope.path, name, node.op_type, version, entry))
+        keep = self._keep(entry, version, name) if self.allow_fallback else None
+        params: tuple[object, ...] = ()
+        if entry.rewrite == "constant-inputs":
+            params = (tuple(int(i) for i in entry.when.get("literal_inputs", ())), self.profile.name)
+        return Pick(entry.rewrite, params, keep_if_refused=keep)
 
-    def _keep(self, entry: Entry, version: int) -> Callable[[onnx.NodeProto, Scope, ConversionError], bool]:
+    def _keep(self, entry: Entry, version: int, name: str) -> Callable[[onnx.NodeProto, Scope, ConversionError], bool]:
         def keep(node: onnx.NodeProto, scope: Scope, refused: ConversionError) -> bool:
-            # Named as the report and scan() name it: an unnamed node by its op and index in its scope.
-            index = next((i for i, n in enumerate(scope.holder.node) if n == node), -1)
-            name = node.name or f"{node.op_type}#{index}"
             finding = Finding(scope.path, name, node.op_type, version, entry)
             self.kept[(scope.path, name)] = Kept(finding, str(refused))
             return True
 
         return keep
 
-    def _rule(self, entry: Entry) -> tuple[object, bool]:
-        key = id(entry)
-        rule = self._rules.get(key)
-        if rule is None:
-            rule = self._rules[key] = make_rule(entry, self.profile.name)
-        return rule, entry.rewrite == "constant-inputs"
 
-
-def make_rule(entry: Entry, backend: str) -> object:
-    """The rule of an entry's form (see :data:`lowerer.backends.profile.REWRITES`)."""
-    from lowerer.rules import DECOMPOSITIONS
-    from lowerer.rules.backend_forms import ConstantInputsForm, LastAxisForm, SelectLastIndexForm
-
-    name = entry.rewrite
-    if name in DECOMPOSITIONS:
-        return DECOMPOSITIONS[name]
-    if name == "argmax-flip":
-        return SelectLastIndexForm()
-    if name == "last-axis":
-        return LastAxisForm()
-    if name == "constant-inputs":
-        indices = tuple(int(i) for i in entry.when.get("literal_inputs", ()))
-        return ConstantInputsForm(indices, backend)
-    raise AssertionError(f"no rule for form {name!r} (known: {', '.join(REWRITES)})")
+def _index(scope: Scope, node: onnx.NodeProto) -> int:
+    """The node's index in its scope (reports name an unnamed node by its op and index)."""
+    return next((i for i, n in enumerate(scope.holder.node) if n is node or n == node), -1)
 
 
 def scan(model: onnx.ModelProto, profile: Profile) -> list[Finding]:
@@ -168,12 +148,5 @@ def scan(model: onnx.ModelProto, profile: Profile) -> list[Finding]:
 
 def _nodes(model: onnx.ModelProto) -> Iterator[tuple[Scope, int, onnx.NodeProto]]:
     """Every node with its scope and index, subgraphs at any depth included."""
-
-    def walk(scope: Scope) -> Iterator[tuple[Scope, int, onnx.NodeProto]]:
-        for index, node in enumerate(scope.holder.node):
-            yield scope, index, node
-            for attr_name, position, graph in subgraphs_of(node):
-                yield from walk(scope.child(index, node, attr_name, position, graph))
-
     for scope in iter_scopes(model):
-        yield from walk(scope)
+        yield from scope.walk()

@@ -1,47 +1,48 @@
-"""The rule catalogue: one module per op family.
+"""The rule catalogue: one module per op family, each registering its entries in :data:`REGISTRY`.
 
-* :mod:`lowerer.rules.argmax`: ArgMax/ArgMin across versions 1, 11, 12, 13;
-* :mod:`lowerer.rules.hardmax`: Hardmax/Softmax/LogSoftmax across versions 1, 11, 13;
-* :mod:`lowerer.rules.hardmax_decomposition`: Hardmax → ArgMax + one-hot (``decompose=hardmax``);
-* :mod:`lowerer.rules.global_max_pool`: GlobalMaxPool → ReduceMax (``decompose=globalmaxpool``).
+Importing this package registers everything, by the plain imports below (a module not imported
+here registers nothing: ``tests/test_registry.py`` checks every module of the package is):
+
+* owned rules: :mod:`.argmax` (ArgMax/ArgMin 1, 11, 12, 13), :mod:`.hardmax` (Hardmax/Softmax/LogSoftmax
+  1, 11, 13);
+* decompositions: :mod:`.hardmax_decomposition` (Hardmax → ArgMax + one-hot), :mod:`.global_max_pool`
+  (GlobalMaxPool → ReduceMax);
+* backend forms: :mod:`.backend_forms` (``argmax-flip``, ``last-axis``, ``constant-inputs``);
+* version-step adapters and documented refusals: :mod:`.cast`, :mod:`.control_flow`, :mod:`.elementwise`,
+  :mod:`.normalization`, :mod:`.quantization`, :mod:`.reduction`, :mod:`.shape_ops`, :mod:`.tensor_ops`,
+  :mod:`.refusals`.
+
+The generic crossing and the function-body expansion are schema-derived and live with the engine
+(:mod:`lowerer.steps`).
 """
 
 from __future__ import annotations
 
+from lowerer.rules import (  # noqa: F401  (imported to register their adapters)
+    cast,
+    control_flow,
+    elementwise,
+    normalization,
+    quantization,
+    reduction,
+    refusals,
+    shape_ops,
+    tensor_ops,
+)
 from lowerer.rules.argmax import ArgExtremumRule
-from lowerer.rules.base import Emitter, Rule
+from lowerer.rules.backend_forms import ConstantInputsForm, LastAxisForm, SelectLastIndexForm
 from lowerer.rules.global_max_pool import GlobalMaxPoolDecomposition
 from lowerer.rules.hardmax import CoercedAxisRule
 from lowerer.rules.hardmax_decomposition import HardmaxDecomposition
+from lowerer.steps.registry import REGISTRY, Registry
 
-__all__ = [
-    "CONVERSION_RULES",
-    "DECOMPOSITIONS",
-    "ArgExtremumRule",
-    "CoercedAxisRule",
-    "Emitter",
-    "GlobalMaxPoolDecomposition",
-    "HardmaxDecomposition",
-    "Rule",
-    "rule_for",
-]
+__all__ = ["REGISTRY", "Registry"]
 
-#: Version-conversion rules; every op they list is owned by lowerer, never left to onnx's converter.
-CONVERSION_RULES: tuple[Rule, ...] = (ArgExtremumRule(), CoercedAxisRule())
-
-#: Decomposition rules by the name users pass to ``decompose``.
-DECOMPOSITIONS: dict[str, Rule] = {
-    "hardmax": HardmaxDecomposition(),
-    "globalmaxpool": GlobalMaxPoolDecomposition(),
-}
-
-_BY_OP: dict[str, Rule] = {op: rule for rule in CONVERSION_RULES for op in rule.op_types}
-
-
-def rule_for(op_type: str, decompose: frozenset[str]) -> Rule | None:
-    """The rule that handles a default-domain ``op_type`` (decompositions first), or None."""
-    for name in decompose:
-        rule = DECOMPOSITIONS[name]
-        if op_type in rule.op_types:
-            return rule
-    return _BY_OP.get(op_type)
+REGISTRY.rule(ArgExtremumRule())
+REGISTRY.rule(CoercedAxisRule())
+REGISTRY.decomposition(HardmaxDecomposition())
+REGISTRY.decomposition(GlobalMaxPoolDecomposition())
+REGISTRY.form("argmax-flip", ("ArgMax", "ArgMin"), SelectLastIndexForm)
+REGISTRY.form("last-axis", ("Hardmax", "Softmax", "LogSoftmax"), LastAxisForm)
+REGISTRY.form("constant-inputs", ("*",), ConstantInputsForm)
+REGISTRY.seal()

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from lowerer.rules.base import Emitter, Rule, attr, normalize_axis
+from lowerer.steps.emitter import Emitter, Rule, attr, normalize_axis
 
 __all__ = ["ArgExtremumRule"]
 

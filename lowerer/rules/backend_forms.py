@@ -1,6 +1,6 @@
 """Exact forms a backend profile picks per node (``--for BACKEND``), beyond the decompositions.
 
-Each is a :class:`~lowerer.rules.base.Rule` the step engine applies to the nodes a profile names
+Each is a :class:`~lowerer.steps.emitter.Rule` the step engine applies to the nodes a profile names
 (see :mod:`lowerer.backends`); none is applied by ``--decompose``, so ``--decompose all`` keeps
 its meaning. Together with the decompositions (``hardmax``, ``globalmaxpool``) and function-body
 expansion they are the forms of :data:`lowerer.backends.REWRITES`:
@@ -23,7 +23,7 @@ import onnx
 
 from lowerer.errors import ConversionError
 from lowerer.rules.argmax import ArgExtremumRule
-from lowerer.rules.base import Emitter, Rule, attr, normalize_axis
+from lowerer.steps.emitter import Emitter, Rule, attr, normalize_axis
 from lowerer.rules.hardmax import CoercedAxisRule, read_semantics
 
 __all__ = ["ConstantInputsForm", "LastAxisForm", "SelectLastIndexForm"]

@@ -14,7 +14,7 @@ from __future__ import annotations
 import numpy as np
 
 from lowerer.reference import np_dtype
-from lowerer.rules.base import Emitter
+from lowerer.steps.emitter import Emitter
 from lowerer.steps import generic
 from lowerer.steps.changes import AttrRemoved, OptionalInput, Semantics, Step
 from lowerer.steps.generic import attribute_value, remove_attribute

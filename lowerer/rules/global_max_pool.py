@@ -14,7 +14,7 @@ from collections.abc import Sequence
 import numpy as np
 import onnx
 
-from lowerer.rules.base import Emitter, Rule
+from lowerer.steps.emitter import Emitter, Rule
 
 __all__ = ["GlobalMaxPoolDecomposition", "reduce_max"]
 

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 
 import onnx
 
-from lowerer.rules.base import Emitter, Rule, attr, normalize_axis
+from lowerer.steps.emitter import Emitter, Rule, attr, normalize_axis
 
 __all__ = ["CoercedAxisRule", "Semantics", "read_semantics"]
 

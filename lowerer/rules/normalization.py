@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from lowerer.rules.base import Emitter
+from lowerer.steps.emitter import Emitter
 from lowerer.steps import generic
 from lowerer.steps.changes import AttrAdded, AttrToInput, InputAdded, OutputAdded, Semantics, Step
 from lowerer.steps.generic import attribute_value, remove_attribute, set_attribute

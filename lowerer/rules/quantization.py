@@ -7,7 +7,7 @@ version-10 node (scalars) means the same at 13.
 
 from __future__ import annotations
 
-from lowerer.rules.base import Emitter
+from lowerer.steps.emitter import Emitter
 from lowerer.steps import generic
 from lowerer.steps.changes import Semantics, Step
 from lowerer.steps.generic import remove_attribute

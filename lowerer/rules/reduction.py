@@ -8,7 +8,7 @@ input itself (``Identity``); with axes given (or 0) it is dropped.
 
 from __future__ import annotations
 
-from lowerer.rules.base import Emitter
+from lowerer.steps.emitter import Emitter
 from lowerer.steps import generic
 from lowerer.steps.changes import AttrAdded, Step
 from lowerer.steps.generic import attribute_value, remove_attribute

@@ -17,7 +17,7 @@ from onnx import numpy_helper
 
 from lowerer.constants import constant_node_value
 from lowerer.reference import np_dtype
-from lowerer.rules.base import Emitter
+from lowerer.steps.emitter import Emitter
 from lowerer.steps import generic
 from lowerer.steps.changes import AttrAdded, NegativeValues, Semantics, Step, Types
 from lowerer.steps.generic import attribute_value, remove_attribute, set_attribute
@@ -106,7 +106,7 @@ def _index_guard(em: Emitter, node: onnx.NodeProto, data: str, indices: str, axi
     return em.op("Where", [negative, em.op("Add", [indices, size]), indices])
 
 
-@adapter(("Gather", "GatherElements"), 11, DOWN)
+@adapter("Gather", 11, DOWN)
 def gather_11_down(em: Emitter, step: Step, direction: str) -> None:
     """Negative indices: constant ones normalized (generic), run-time ones guarded."""
     node = generic.copy_of(em.node)

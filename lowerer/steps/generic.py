@@ -19,7 +19,7 @@ from onnx import helper
 
 from lowerer.naming import NameGenerator
 from lowerer.reference import np_dtype
-from lowerer.rules.base import Emitter
+from lowerer.steps.emitter import Emitter
 from lowerer.steps.changes import (
     ONES,
     AttrAdded,
@@ -179,7 +179,7 @@ def _schema(op: str, opset: int) -> onnx.defs.OpSchema:
 
 
 @functools.lru_cache(maxsize=4096)
-def _formal_types(op: str, opset: int) -> tuple[tuple[tuple[frozenset[str], bool, bool], ...],
+def formal_types(op: str, opset: int) -> tuple[tuple[tuple[frozenset[str], bool, bool], ...],
                                                tuple[tuple[frozenset[str], bool, bool], ...]]:
     """Per formal input and output of ``op`` at ``opset``: (allowed type strings, variadic, shared with an input)."""
     schema = _schema(op, opset)
@@ -217,7 +217,7 @@ def check_types(em: Emitter, node: onnx.NodeProto, opset: int, why: str) -> None
     bound to one type parameter must share one type (Pow-7's base and exponent; Pow-12 let
     them differ).
     """
-    inputs, outputs = _formal_types(node.op_type, opset)
+    inputs, outputs = formal_types(node.op_type, opset)
     params = _type_params(node.op_type, opset)
     bound: dict[str, tuple[str, str]] = {}
     for names, formals, kinds, kind in ((node.input, inputs, params[0], "input"),

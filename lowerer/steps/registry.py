@@ -1,30 +1,52 @@
-"""The one registry of how each version step is crossed: adapters keyed by (op, version, direction).
+"""The one registry of every way lowerer changes a node, and the one :meth:`Registry.resolve`.
 
-For every step of every default-domain op, the table (:mod:`lowerer.steps.table`) says what
-changed. Crossing it in a direction is done by, in order of precedence:
+Every way is an :class:`Entry`, keyed by ``(domain, op, from, to)`` for a version step or a span
+of versions, or by ``(domain, op, form)`` for a form the caller picks:
 
-1. an op-wide *rule* lowerer owns (Hardmax/Softmax/LogSoftmax, ArgMax/ArgMin: they convert any
-   version to any other in one go, see :mod:`lowerer.rules`);
-2. an *adapter* registered here for ``(op, version, direction)`` (``version`` is the newer side
-   of the step), written in :mod:`lowerer.rules` one module per op family;
-3. the *generic* handling of the step's changes (:mod:`lowerer.steps.generic`), which refuses
-   what it cannot cross exactly (every :class:`~lowerer.steps.changes.Semantics` change).
+========================  =====================================  ======================================
+kind                      key                                    what it does
+========================  =====================================  ======================================
+``rule``                  (op, from, to) since-versions          an op-wide rule lowerer owns converts the
+                                                                 node in one go (ArgMax/ArgMin, Hardmax,
+                                                                 Softmax, LogSoftmax)
+``same-meaning``          (op, from, to)                         the owned op means the same there: the node
+                                                                 stays as it is (a relabel)
+``adapter``               (op, from, to), one version step       an adapter crosses that step (``shape_15_13``)
+``refusal``               (op, from, to), one version step       a documented step with no exact crossing
+``generic``               every other step                       the schema-derived crossing of the step's
+                                                                 classified changes (:mod:`.generic`)
+``expansion``             (op, ``function-body``)                the node becomes its schema's function body
+``decomposition``         (op, name)                             a decomposition the caller asked for
+``form``                  (op, name)                             a backend form a profile picked (``--for``)
+========================  =====================================  ======================================
 
-:func:`explain` lists, for an op and two versions, each step crossed and what crosses it.
+Entries are registered explicitly, by importing the modules of :mod:`lowerer.rules` (its
+``__init__`` imports each one and seals :data:`REGISTRY`); the generic crossing and the
+function-body expansion are registered here, being schema-derived. :meth:`Registry.resolve` is
+the dispatch order, the one the engine runs and :meth:`Registry.explain` (``lowerer inspect``)
+describes.
 """
 
 from __future__ import annotations
 
-import importlib
-from collections.abc import Callable
-from typing import TYPE_CHECKING
+import functools
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Literal
 
+import onnx
+
+from lowerer.opsets import since_version
 from lowerer.steps.changes import Step
+from lowerer.steps.expansion import has_body
+from lowerer.steps.table import step as table_step
+from lowerer.steps.table import steps_between
 
 if TYPE_CHECKING:
-    from lowerer.rules.base import Emitter, Rule
+    from lowerer.steps.emitter import Emitter, Rule
 
-__all__ = ["DOWN", "UP", "Adapter", "adapter", "adapter_for", "explain", "span_rule"]
+__all__ = ["DOWN", "PICKED", "REGISTRY", "UP", "Adapter", "Entry", "Kind", "Registry", "Request", "Resolution", "adapter",
+           "history"]
 
 DOWN = "down"
 UP = "up"
@@ -32,87 +54,301 @@ UP = "up"
 #: Emits ``em.node`` across ``step`` in ``direction`` into ``em`` (whose opset is the far side).
 Adapter = Callable[["Emitter", Step, str], None]
 
-_ADAPTERS: dict[tuple[str, int, str], Adapter] = {}
-_NAMES: dict[tuple[str, int, str], str] = {}
-#: Modules that register adapters (imported on first use).
-_MODULES = (
-    "lowerer.rules.control_flow",
-    "lowerer.rules.elementwise",
-    "lowerer.rules.pooling",
-    "lowerer.rules.reduction",
-    "lowerer.rules.shape_ops",
-    "lowerer.rules.tensor_ops",
-    "lowerer.rules.normalization",
-    "lowerer.rules.cast",
-    "lowerer.rules.quantization",
-)
-_loaded = False
+Kind = Literal["rule", "same-meaning", "adapter", "refusal", "generic", "expansion", "decomposition", "form"]
+
+#: The key of the function-body expansion entries.
+FUNCTION_BODY = "function-body"
+#: Why a form is applied: a backend profile picked it (``Crossing.why`` of such rewrites).
+PICKED = "the backend profile names it"
 
 
-def adapter(ops: str | tuple[str, ...], version: int | tuple[int, ...], *directions: str
-            ) -> Callable[[Adapter], Adapter]:
-    """Register the decorated function as the adapter of ``ops``' step into ``version``(s), in ``directions``.
+@functools.lru_cache(maxsize=4096)
+def history(op: str) -> tuple[int, ...]:
+    """The since-versions of ``op`` in onnx's schemas, oldest first (empty for an unknown op)."""
+    found = {since_version(op, o) for o in range(1, onnx.defs.onnx_opset_version() + 1)}
+    return tuple(sorted(v for v in found if v is not None))
 
-    Example::
 
-        @adapter("Shape", 15, DOWN)
-        def shape_15_13(em: Emitter, step: Step, direction: str) -> None: ...
+def next_step(op: str, version: int, direction: str) -> Step:
+    """The step of ``op``'s history crossed leaving since-version ``version`` in ``direction``."""
+    versions = history(op)
+    i = versions.index(version)
+    return table_step(op, version if direction == DOWN else versions[i + 1])
+
+
+def step_ends(step: Step, direction: str) -> tuple[int, int]:
+    """The (from, to) since-versions of ``step`` crossed in ``direction``."""
+    return (step.version, step.previous) if direction == DOWN else (step.previous, step.version)
+
+
+@dataclass(frozen=True)
+class Entry:
+    """One way of changing a node.
+
+    Attributes:
+        kind: what kind of way it is (see the module's table).
+        op: the default-domain op it applies to.
+        key: ``(from, to)`` since-versions, or a form's name.
+        name: the name reports and ``explain`` give it (adapters: ``<op>_<from>_<to>``).
+        handler: an :data:`Adapter`, a :class:`~lowerer.steps.emitter.Rule`, a factory of rules (forms that
+            take parameters), or None (generic, expansion, same-meaning: the engine knows them).
+        why: for a refusal, why the step has no exact crossing and what would work.
+        domain: the op's domain (``""``: the default domain).
     """
-    names = (ops,) if isinstance(ops, str) else ops
-    versions = (version,) if isinstance(version, int) else version
 
-    def register(fn: Adapter) -> Adapter:
-        for op in names:
-            for v, direction in ((v, d) for v in versions for d in directions or (DOWN, UP)):
-                key = (op, v, direction)
-                if key in _ADAPTERS:
-                    raise RuntimeError(f"two adapters for {op} step into {version} ({direction})")
-                _ADAPTERS[key] = fn
-                _NAMES[key] = fn.__name__
-        return fn
+    kind: Kind
+    op: str
+    key: tuple[int, int] | str
+    name: str
+    handler: Any = None
+    why: str = ""
+    domain: str = ""
 
-    return register
-
-
-def _load() -> None:
-    global _loaded
-    if not _loaded:
-        _loaded = True
-        for module in _MODULES:
-            importlib.import_module(module)
+    def describe(self) -> str:
+        """``adapter shape_15_13``, ``rule 'coerced-axis'``, ``generic`` ..."""
+        if self.kind in ("rule", "decomposition", "form"):
+            return f"{self.kind} {self.name!r}"
+        if self.kind in ("adapter", "same-meaning"):
+            return f"{self.kind} {self.name}"
+        return self.kind if self.kind in ("generic", "expansion") else f"refusal ({self.why})"
 
 
-def adapter_for(op: str, version: int, direction: str) -> Adapter | None:
-    """The adapter registered for ``op``'s step into ``version`` in ``direction``, or None."""
-    _load()
-    return _ADAPTERS.get((op, version, direction))
+@dataclass(frozen=True)
+class Request:
+    """What the caller asks of every node, besides the target opset.
+
+    Attributes:
+        decompose: lowerer's own decompositions asked for, by name (``hardmax``, ``globalmaxpool``).
+        expand: ops to expand into their function bodies (schema spelling).
+    """
+
+    decompose: frozenset[str] = frozenset()
+    expand: frozenset[str] = frozenset()
 
 
-def adapter_name(op: str, version: int, direction: str) -> str | None:
-    """The registered adapter's name (for reports), or None."""
-    _load()
-    return _NAMES.get((op, version, direction))
+@dataclass(frozen=True)
+class Resolution:
+    """What happens to a node next: the entry applied, the step it crosses, the entry tried if it refuses.
+
+    Attributes:
+        entry: the entry applied.
+        far: the opset what it emits is valid at (None: the function body's own opset).
+        step: the version step crossed (adapters, refusals, generic), else None.
+        direction: ``down`` or ``up`` for a step, else None.
+        fallback: the entry applied when ``entry`` refuses (the function body, going down), or None.
+        why: why this entry (an expansion's reason, for reports).
+    """
+
+    entry: Entry
+    far: int | None
+    step: Step | None = None
+    direction: str | None = None
+    fallback: Entry | None = None
+    why: str = ""
+
+    def describe(self) -> str:
+        """One line: the step (or span) and what crosses it."""
+        how = self.entry.describe()
+        if self.fallback is not None:
+            how += f", else {self.fallback.describe()}"
+        if self.step is not None:
+            return f"{self.step.describe()} [{self.direction}: {how}]"
+        return f"{self.entry.op} [{how}{f': {self.why}' if self.why else ''}]"
 
 
-def span_rule(op: str) -> Rule | None:
-    """The op-wide rule lowerer owns for ``op`` (it crosses every step itself), or None."""
-    from lowerer import rules
+@dataclass
+class Registry:
+    """Every :class:`Entry`, and :meth:`resolve`, the one dispatch order."""
 
-    return rules._BY_OP.get(op)
+    _steps: dict[tuple[str, str, int, int], Entry] = field(default_factory=dict)
+    _spans: dict[tuple[str, str], Rule] = field(default_factory=dict)
+    _forms: dict[tuple[str, str, str], Entry] = field(default_factory=dict)
+    #: Decompositions by the name callers pass to ``decompose``.
+    decompositions: dict[str, Rule] = field(default_factory=dict)
+    sealed: bool = False
 
+    # -- registering -------------------------------------------------------------------------
+    def _add_step(self, entry: Entry) -> None:
+        assert isinstance(entry.key, tuple)
+        key = (entry.domain, entry.op, *entry.key)
+        if key in self._steps:
+            raise RuntimeError(f"two entries for {entry.op} {entry.key[0]} → {entry.key[1]}")
+        self._steps[key] = entry  # type: ignore[index]
 
-def explain(op: str, source_version: int, target_version: int) -> list[str]:
-    """One line per step crossed going from ``source_version`` to ``target_version``: changes and handler."""
-    from lowerer.steps.table import steps_between
+    def adapter(self, ops: str | tuple[str, ...], version: int | tuple[int, ...], *directions: str
+                ) -> Callable[[Adapter], Adapter]:
+        """Register the decorated function as the adapter of ``ops``' step into ``version``(s), in ``directions``.
 
-    rule = span_rule(op)
-    lines = []
-    direction = DOWN if target_version < source_version else UP
-    for step in steps_between(op, source_version, target_version):
+        ``version`` is the newer side of the step; a version that is not a step of the op's history is an
+        error at import. Each entry is named ``<op>_<from>_<to>``. Example::
+
+            @adapter("Shape", 15, DOWN)
+            def shape_15_13(em: Emitter, step: Step, direction: str) -> None: ...
+        """
+        names = (ops,) if isinstance(ops, str) else ops
+        versions = (version,) if isinstance(version, int) else version
+
+        def register(fn: Adapter) -> Adapter:
+            for op in names:
+                for v in versions:
+                    for direction in directions or (DOWN, UP):
+                        self._add_step(self._step_entry("adapter", op, v, direction, fn))
+            return fn
+
+        return register
+
+    def refusal(self, op: str, version: int, direction: str, why: str) -> None:
+        """Document that ``op``'s step into ``version`` has no exact crossing in ``direction``, and why."""
+        self._add_step(self._step_entry("refusal", op, version, direction, None, why))
+
+    @staticmethod
+    def _step_entry(kind: Kind, op: str, version: int, direction: str, handler: Any, why: str = "") -> Entry:
+        versions = history(op)
+        if version not in versions or versions.index(version) == 0:
+            raise RuntimeError(f"{op}-{version} is not the newer side of a step of {op} (versions {versions})")
+        start, end = step_ends(table_step(op, version), direction)
+        return Entry(kind, op, (start, end), f"{op.lower()}_{start}_{end}", handler, why)
+
+    def rule(self, rule: Rule) -> None:
+        """Register an op-wide rule: it converts each of its ops between any two of its versions."""
+        for op in rule.op_types:
+            if ("", op) in self._spans:
+                raise RuntimeError(f"two rules for {op}")
+            self._spans[("", op)] = rule
+
+    def decomposition(self, rule: Rule) -> None:
+        """Register a decomposition, asked for by ``rule.decomposition``; also a form profiles may pick."""
+        assert rule.decomposition is not None
+        self.decompositions[rule.decomposition] = rule
+        for op in rule.op_types:
+            self._forms[("", op, rule.decomposition)] = Entry("decomposition", op, rule.decomposition, rule.name, rule)
+
+    def form(self, name: str, ops: tuple[str, ...], make: Callable[..., Rule]) -> None:
+        """Register a backend form ``name`` of ``ops`` (``*``: any op): ``make(*params)`` builds its rule."""
+        for op in ops:
+            self._forms[("", op, name)] = Entry("form", op, name, name, make)
+
+    def seal(self) -> None:
+        """Mark the registry complete (:mod:`lowerer.rules` has registered everything)."""
+        self.sealed = True
+
+    # -- reading -----------------------------------------------------------------------------
+    def entries(self) -> Iterator[Entry]:
+        """Every registered entry (spans as one ``rule`` entry per op)."""
+        yield from self._steps.values()
+        yield from self._forms.values()
+        for (domain, op), rule in self._spans.items():
+            yield Entry("rule", op, (0, 0), rule.name, rule, domain=domain)
+
+    def span_rule(self, op: str) -> Rule | None:
+        """The op-wide rule lowerer owns for ``op``, or None."""
+        return self._spans.get(("", op))
+
+    def step_entry(self, op: str, start: int, end: int) -> Entry | None:
+        """The entry registered for ``op``'s step from since-version ``start`` to ``end`` (None: generic)."""
+        return self._steps.get(("", op, start, end))
+
+    def form_entry(self, op: str, name: str) -> Entry:
+        """The form (or decomposition, or ``expand``) ``name`` of ``op``."""
+        if name in ("expand", FUNCTION_BODY):
+            return expansion_entry(op)
+        entry = self._forms.get(("", op, name)) or self._forms.get(("", "*", name))
+        if entry is None:
+            raise KeyError(f"no form {name!r} for {op}")
+        return entry
+
+    def resolve(self, op: str, version: int, target: int, request: Request = Request(),
+                form: str | None = None) -> Resolution | None:
+        """What happens next to a default-domain ``op`` node at since-``version``, bound for opset ``target``.
+
+        The dispatch order, first match wins:
+
+        1. ``form``: the form a backend profile picked for this node (``--for``), applied at ``target``;
+        2. a decomposition the caller asked for (``decompose=hardmax``), applied at ``target``;
+        3. an expansion the caller asked for (``decompose=layernormalization``): the function body;
+        4. an op-wide rule lowerer owns: the node stays where the op means the same at the target's
+           version (``same-meaning``), else the rule converts it to ``target`` in one go;
+        5. the op has the same version at ``target``: None, the node stays as it is;
+        6. the op does not exist at ``target``: its function body when it has one, else a refusal;
+        7. the next version step towards ``target``: its registered adapter or refusal, else the
+           generic crossing; going down, the function body is the fallback when that refuses.
+
+        What an entry emits is resolved again from the far side it is valid at, until ``target``.
+        Returns None when the node stays as it is.
+        """
+        if not self.sealed:
+            raise RuntimeError("the registry is not complete: import lowerer.rules first")
+        if form is not None:
+            return Resolution(self.form_entry(op, form), target if form != "expand" else None, why=PICKED)
+        for name in request.decompose:
+            rule = self.decompositions[name]
+            if op in rule.op_types:
+                return Resolution(Entry("decomposition", op, name, rule.name, rule), target)
+        if op in request.expand:
+            return Resolution(expansion_entry(op), None, why="asked for")
+        tv = since_version(op, target)
+        rule = self.span_rule(op)
         if rule is not None:
-            how = f"rule {rule.name!r}"
-        else:
-            name = adapter_name(op, step.version, direction)
-            how = f"adapter {name}" if name else "generic"
-        lines.append(f"{step.describe()} [{direction}: {how}]")
-    return lines
+            return self._span(rule, op, version, tv, target)
+        if tv == version:
+            return None
+        if tv is None:
+            if has_body(op, version):
+                return Resolution(expansion_entry(op), None, why=f"no {op} at opset {target}")
+            return Resolution(missing_entry(op, target), target)
+        direction = DOWN if tv < version else UP
+        step = next_step(op, version, direction)
+        start, end = step_ends(step, direction)
+        entry = self.step_entry(op, start, end) or Entry("generic", op, (start, end), "generic")
+        fallback = expansion_entry(op) if direction == DOWN and has_body(op, version) else None
+        return Resolution(entry, end if direction == UP else step.version - 1, step, direction, fallback)
+
+    @staticmethod
+    def _span(rule: Rule, op: str, version: int, tv: int | None, target: int) -> Resolution | None:
+        if tv == version:
+            return None
+        key = (version, tv or 0)
+        if key in rule.same_meaning:
+            return Resolution(Entry("same-meaning", op, key, f"{op.lower()}_{version}_{tv}", rule), target)
+        return Resolution(Entry("rule", op, key, rule.name, rule), target)
+
+    def explain(self, op: str, source_version: int, target_version: int, request: Request = Request()) -> list[str]:
+        """One line per step (or span) crossed from ``source_version`` to ``target_version``, and what crosses it.
+
+        Each line comes from :meth:`resolve`, as the engine runs it; a node the entry emits under another op
+        goes on by its own resolution (not listed).
+        """
+        lines: list[str] = []
+        version = source_version
+        while True:
+            resolution = self.resolve(op, version, target_version, request)
+            if resolution is None:
+                if not lines:
+                    lines.append(f"{op}-{source_version} stays as it is at version {target_version}")
+                return lines
+            lines.append(resolution.describe())
+            far = resolution.far
+            if resolution.step is None or far is None or resolution.entry.kind == "refusal":
+                return lines
+            next_version = since_version(op, far)
+            if next_version is None or next_version == version:
+                return lines
+            version = next_version
+
+
+@functools.lru_cache(maxsize=None)
+def expansion_entry(op: str) -> Entry:
+    """The function-body expansion entry of ``op`` (schema-derived: any op whose schema has a body)."""
+    return Entry("expansion", op, FUNCTION_BODY, "function-expansion")
+
+
+def missing_entry(op: str, target: int) -> Entry:
+    """The refusal of an op that does not exist at ``target`` and has no body."""
+    return Entry("refusal", op, FUNCTION_BODY, "missing", why=f"{op} does not exist at opset {target}")
+
+
+#: The registry :mod:`lowerer.rules` fills (and seals).
+REGISTRY = Registry()
+
+#: ``@adapter("Op", version, DOWN)`` registers into :data:`REGISTRY`.
+adapter = REGISTRY.adapter

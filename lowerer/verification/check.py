@@ -21,7 +21,7 @@ import onnx
 from lowerer import reference
 from lowerer.errors import VerificationError
 from lowerer.report import Rewrite
-from lowerer.rules.expansion import EXPANSION_RULE
+from lowerer.steps.expansion import EXPANSION_RULE
 from lowerer.verification.compare import (
     EXPANSION_ULPS,
     KERNEL_EPSILONS,

@@ -30,7 +30,7 @@ import onnx
 import onnx.defs
 from onnx import helper
 
-from lowerer.rules.base import Emitter
+from lowerer.steps.emitter import Emitter
 
 __all__ = ["EXPANSION_RULE", "body_opsets", "expand", "expandable_ops", "has_body"]
 

@@ -1,3 +1,0 @@
-"""Version-step adapters: pooling."""
-
-from __future__ import annotations
