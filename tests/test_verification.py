@@ -381,7 +381,7 @@ def test_cpu_fallback_is_reported(tmp_path: Path) -> None:
 
 
 def test_progress_counter_only_on_a_terminal(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture) -> None:
-    from lowerer import cli_output
+    from lowerer.cli import output as cli_output
     from lowerer.progress import Progress
 
     quiet = cli_output.TerminalProgress()

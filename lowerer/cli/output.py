@@ -1,6 +1,6 @@
 """What the ``lowerer`` commands print: the conversion summary, whole-model statistics, progress on a terminal.
 
-Only the CLI writes to the terminal; these helpers are called by :mod:`lowerer.cli`. Summaries go to
+Only the CLI writes to the terminal; these helpers are called by the commands of :mod:`lowerer.cli`. Summaries go to
 stderr (stdout stays free for data), are suppressed by ``-q``, and say what changed.
 """
 

@@ -1,0 +1,116 @@
+"""``lowerer convert``: convert a model and write it, with its report."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import click
+
+from lowerer.cli.epilog import EPILOG
+from lowerer.cli.exits import guard
+from lowerer.cli.groups import (
+    ConversionArgs,
+    ModelCheckArgs,
+    OutputArgs,
+    VerbosityArgs,
+    VerificationArgs,
+    in_order,
+)
+from lowerer.cli.output import TerminalProgress, print_convert_summary
+from lowerer.cli.verbosity import verbosity
+from lowerer.cli.written_paths import check_written_path
+from lowerer.errors import one_line
+from lowerer.progress import Progress
+
+if TYPE_CHECKING:
+    from lowerer.model_io import InputModel, OutputPlan
+    from lowerer.report import Report
+
+__all__ = ["convert"]
+
+
+@in_order("input_path", "output_path", "target_opset", "decompose", "report_path", "external_data", "verify",
+          "verify_model", "exact", "optimize", "for_backend", "allow_fallback", "seed", "providers", "atol", "rtol",
+          "max_ulp", "input_shapes", "val_range", "load_inputs", "save_inputs", "allow_unverified", "verbose",
+          "quiet")
+@click.command(epilog=EPILOG)
+@click.argument("input_path", metavar="IN.onnx", type=click.Path(path_type=Path))
+@OutputArgs.options("output_path", "report_path", "external_data")
+@ConversionArgs.options()
+@VerificationArgs.options()
+@ModelCheckArgs.options()
+@VerbosityArgs.options()
+@guard
+def convert(input_path: Path, **values: Any) -> None:
+    """Convert IN.onnx and write OUT.onnx.
+
+    Nothing is written when a node cannot be converted exactly (exit 2) or a rewrite fails
+    verification (exit 1); an existing OUT.onnx is then left untouched.
+    """
+    from lowerer.model_io import load_input, plan_outputs
+
+    # Options, then the input, then every output path: all checked before any work.
+    api = ConversionArgs.parse(values)
+    model_check, options = ModelCheckArgs.parse_for_convert(values, exact=values["exact"])
+    api |= model_check | VerificationArgs.parse(values)
+    output_path, report_path, external_data = (values[k] for k in ("output_path", "report_path", "external_data"))
+    source = load_input(input_path)
+    plan = plan_outputs(output_path, locations=list(source.data_files), source_dir=source.directory,
+                        input_model=source.path, external_data=external_data, report=report_path)
+    if options is not None and options.save_inputs is not None:
+        _check_save_inputs(options.save_inputs, [input_path, *options.load_inputs],
+                           [p for p in (output_path, report_path) if p is not None])
+    report = _convert_and_write(source, plan, api)
+    level = verbosity()
+    print_convert_summary(report, level)
+    if level >= 0 and report.backend is not None:
+        from lowerer.backends.lowering import placement_line
+
+        click.echo(placement_line(report.backend), err=True)
+    if level >= 0:
+        click.echo(f"wrote {one_line(str(output_path))}", err=True)
+
+
+def _convert_and_write(source: InputModel, plan: OutputPlan, api: dict[str, Any]) -> Report:
+    """Convert with :func:`lowerer.api.convert` (progress on a terminal), then write the model and report.
+
+    A failed verification writes its report (the failing record, for the user to read) and says where.
+    """
+    import onnx
+
+    from lowerer.api import convert as convert_model
+    from lowerer.errors import VerificationError
+    from lowerer.model_io import write_outputs
+
+    progress = TerminalProgress()
+    command = ["lowerer", *sys.argv[1:]]
+    try:
+        try:
+            result = convert_model(source, **api, progress=progress if progress.enabled else None)
+        except VerificationError as e:
+            if plan.report is not None and e.report is not None:
+                write_outputs(plan, None, e.report.to_json(command=command))
+                e.args = (f"{e.args[0]}; the report is in {plan.report}",)
+            raise
+        report = result.report
+        progress(Progress("write", 0, 1, "files"))
+        assert isinstance(result.model, onnx.ModelProto)  # a path in, a ModelProto out
+        write_outputs(plan, result.model, report.to_json(command=command) if plan.report is not None else None)
+        progress(Progress("write", 1, 1, "files"))
+    finally:
+        progress.close()
+    return report
+
+
+def _check_save_inputs(path: Path, reads: list[Path], writes: list[Path]) -> None:
+    """--save-inputs must not land on a model, one of its data files, another input or output."""
+    from lowerer.model_io import external_data_locations, load_model
+
+    data_files = []
+    for model_path in [p for p in reads if p.suffix != ".npz"]:
+        if model_path.is_file():
+            model = load_model(model_path)
+            data_files += [model_path.parent / loc for loc in external_data_locations(model)]
+    check_written_path(path, "--save-inputs", reads=[*reads, *data_files], writes=writes)
