@@ -45,6 +45,10 @@ _MODULES = (
     "lowerer.rules.normalization",
     "lowerer.rules.cast",
     "lowerer.rules.quantization",
+    "lowerer.rules.attention",
+    "lowerer.rules.grid_sample",
+    "lowerer.rules.resize",
+    "lowerer.rules.scatter",
 )
 _loaded = False
 
