@@ -212,3 +212,54 @@ def test_resize_up_refuses_tf_half_pixel_for_nn() -> None:
         if a.name == "coordinate_transformation_mode":
             a.s = b"tf_half_pixel_for_nn"
     refused(model, 13, "tf_half_pixel_for_nn' was removed")
+
+
+# -- Scan 8 <-> 9 ------------------------------------------------------------------------------------------
+
+def _sum_body() -> onnx.GraphProto:
+    """state' = state + x; y = state' (a running sum)."""
+    add = helper.make_node("Add", ["s", "x"], ["s2"])
+    copy = helper.make_node("Identity", ["s2"], ["y"])
+    return helper.make_graph([add, copy], "body", [value_info("s", F, [2]), value_info("x", F, [2])],
+                             [value_info("s2", F, [2]), value_info("y", F, [2])])
+
+
+def scan(opset: int, batch: int | str = 1, sequence_lens: bool = False, **extra: object) -> onnx.ModelProto:
+    lead = [batch] if opset == 8 else []
+    inputs = [value_info("s0", F, [*lead, 2]), value_info("xs", F, [*lead, 3, 2])]
+    names = ["s0", "xs"]
+    if opset == 8:
+        names = ["lens" if sequence_lens else "", *names]
+        if sequence_lens:
+            inputs.append(value_info("lens", TensorProto.INT32, [batch]))
+    node = helper.make_node("Scan", names, ["sN", "ys"], name="scan", body=_sum_body(), num_scan_inputs=1, **extra)
+    return make_model([node], inputs, [value_info("sN", F, [*lead, 2]), value_info("ys", F, [*lead, 3, 2])],
+                      opset)
+
+
+@pytest.mark.parametrize("reverse", [0, 1])
+@pytest.mark.parametrize("target", [9, 11, 16])
+def test_scan_8_up(reverse: int, target: int) -> None:
+    model = scan(8, directions=[reverse])
+    out = convert_exact(model, target, {"s0": ties(1, 2), "xs": ties(1, 3, 2)})
+    assert "Scan" in ops(out) and ops(out)[0] == "Squeeze"
+
+
+@pytest.mark.parametrize("reverse", [0, 1])
+@pytest.mark.parametrize("source", [9, 11, 16])
+def test_scan_down_to_8(reverse: int, source: int) -> None:
+    model = scan(source, scan_input_directions=[reverse])
+    out = convert_exact(model, 8, {"s0": ties(2), "xs": ties(3, 2)})
+    assert ops(out) == ["Unsqueeze", "Unsqueeze", "Scan", "Squeeze", "Squeeze"]
+
+
+def test_scan_up_refusals() -> None:
+    refused(scan(8, batch=2), 9, "batch \\(axis 0\\) of input 's0' is 2")
+    refused(scan(8, batch="n"), 9, "batch \\(axis 0\\) of input 's0' is not static")
+    refused(scan(8, sequence_lens=True), 9, "it has sequence_lens")
+
+
+@pytest.mark.parametrize(("extra", "match"), [({"scan_input_axes": [1]}, r"scan_input_axes=\[1\]"),
+                                              ({"scan_output_directions": [1]}, "appends every scan output forward")])
+def test_scan_down_refusals(extra: dict[str, object], match: str) -> None:
+    refused(scan(9, **extra), 8, match)

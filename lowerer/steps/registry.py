@@ -48,6 +48,7 @@ _MODULES = (
     "lowerer.rules.attention",
     "lowerer.rules.grid_sample",
     "lowerer.rules.resize",
+    "lowerer.rules.scan",
     "lowerer.rules.scatter",
 )
 _loaded = False
