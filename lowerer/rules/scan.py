@@ -32,15 +32,14 @@ def _wrapped_scan(em: Emitter, inputs: list[str], wrap_in: str, wrap_out: str, *
     node = em.node
     body = attribute(node, "body")
     assert body is not None
-    axes = {"axes": [0]}
-    wrapped = [em.op(wrap_in, [x], **axes) if x else "" for x in inputs]
+    wrapped = [em.op(wrap_in, [x], axes=[0]) if x else "" for x in inputs]
     if wrap_in == "Unsqueeze":
         wrapped = ["", *wrapped]  # Scan-8's sequence_lens, absent
     results = [em.fresh(f"{o}_scan") if o else "" for o in node.output]
     em.op("Scan", wrapped, results, body=body.g, num_scan_inputs=attribute_value(node, "num_scan_inputs"), **attrs)
     for inner, outer in zip(results, node.output, strict=True):
         if outer:
-            em.op(wrap_out, [inner], [outer], **axes)
+            em.op(wrap_out, [inner], [outer], axes=[0])
 
 
 @adapter("Scan", 9, UP)
