@@ -263,3 +263,39 @@ def test_scan_up_refusals() -> None:
                                               ({"scan_output_directions": [1]}, "appends every scan output forward")])
 def test_scan_down_refusals(extra: dict[str, object], match: str) -> None:
     refused(scan(9, **extra), 8, match)
+
+
+# -- GroupNormalization 18 -> 21 ---------------------------------------------------------------------------
+
+def group_norm(constant: bool, channels: int | str = 4) -> onnx.ModelProto:
+    inits = [numpy_helper.from_array(np.array([2, -1], np.float32), "s"),
+             numpy_helper.from_array(np.array([0.5, 3], np.float32), "b")] if constant else []
+    inputs = [value_info("x", F, [2, channels, 3])]
+    if not constant:
+        inputs += [value_info("s", F, [2]), value_info("b", F, [2])]
+    node = helper.make_node("GroupNormalization", ["x", "s", "b"], ["y"], name="gn", num_groups=2, epsilon=0.5)
+    return make_model([node], inputs, [value_info("y", F, [2, channels, 3])], 18, initializers=inits)
+
+
+@pytest.mark.parametrize("constant", [True, False])
+@pytest.mark.parametrize("target", [21, 22])
+def test_group_norm_up_repeats_per_channel(constant: bool, target: int) -> None:
+    model = group_norm(constant)
+    feeds = {"x": ties(2, 4, 3)}
+    if not constant:
+        feeds |= {"s": ties(2), "b": ties(2)}
+    converted = lowerer.convert(model, target_opset=target, verify=True).model  # GroupNormalization-18 fails
+    onnx.checker.check_model(converted, full_check=True)                      # the checker: deprecated
+    got = run_model(converted, [feeds])[1][0][0]
+    scale, bias = (np.array([2, -1], np.float32), np.array([0.5, 3], np.float32)) if constant else (feeds["s"],
+                                                                                                   feeds["b"])
+    groups = feeds["x"].reshape(2, 2, 6)
+    mean, var = groups.mean(-1, keepdims=True), groups.var(-1, keepdims=True)
+    want = ((groups - mean) / np.sqrt(var + 0.5)).reshape(2, 4, 3) * np.repeat(scale, 2)[:, None] \
+        + np.repeat(bias, 2)[:, None]
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(run_model(model, [feeds])[1][0][0], got, rtol=1e-6, atol=1e-6)
+
+
+def test_group_norm_up_refuses_dynamic_channels() -> None:
+    refused(group_norm(True, channels="c"), 21, "channel count C .* is not static")

@@ -47,6 +47,7 @@ _MODULES = (
     "lowerer.rules.quantization",
     "lowerer.rules.attention",
     "lowerer.rules.grid_sample",
+    "lowerer.rules.group_norm",
     "lowerer.rules.resize",
     "lowerer.rules.scan",
     "lowerer.rules.scatter",
