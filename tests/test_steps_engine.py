@@ -249,12 +249,11 @@ def test_new_attribute_value_refused() -> None:
 
 
 def test_semantics_step_without_adapter_is_refused_in_words() -> None:
-    model = make_model([helper.make_node("Resize", ["x", "roi", "scales"], ["y"], name="rz")],
-                       [value_info("x", F, [1, 1, 2, 2])], [value_info("y", F, [1, 1, 4, 4])], 11,
-                       initializers=[numpy_helper.from_array(np.array([1, 1, 2, 2], np.float32), "scales"),
-                                     numpy_helper.from_array(np.zeros([0], np.float32), "roi")])
-    with pytest.raises(lowerer.ConversionError, match=r"'rz' \(Resize-11.*opset 10: Resize changed meaning"):
-        lowerer.convert(model, target_opset=10)
+    model = make_model([helper.make_node("Tile", ["x", "repeats"], ["y"], name="tl")],
+                       [value_info("x", F, [2, 2])], [value_info("y", F, [2, 4])], 6,
+                       initializers=[numpy_helper.from_array(np.array([1, 2], np.int64), "repeats")])
+    with pytest.raises(lowerer.ConversionError, match=r"'tl' \(Tile-6.*opset 5: Tile changed meaning"):
+        lowerer.convert(model, target_opset=5)
 
 
 # -- structural adapters -----------------------------------------------------------------------------

@@ -1,0 +1,116 @@
+"""Version-step adapters for Upsample and Resize, whose inputs and settings moved between versions.
+
+* ``Upsample`` 9 → 10: Upsample is deprecated at 10 for Resize-10 (the same inputs, modes and
+  meaning): up, the node becomes Resize-10; down, an Upsample-10 node (already invalid) is Upsample-9.
+* ``Resize`` 10 ↔ 11: Resize-10 maps an output coordinate x to x / scale (``asymmetric``) and, for
+  ``nearest``, rounds down on upsampled axes and up on downsampled ones (onnxruntime's kernel).
+  Up: an empty ``roi`` goes in before ``scales``, ``coordinate_transformation_mode=asymmetric`` and,
+  for nearest, ``nearest_mode`` floor (every resized axis upsampled) or ceil (every one
+  downsampled), which needs constant scales. Down: exactly those settings, with scales.
+* ``Resize`` 11 ↔ 13: ``roi`` and ``scales`` became optional at 13. Down: an omitted one becomes an
+  empty constant (``roi`` is only read with ``tf_crop_and_resize``; Resize-11 takes an empty
+  ``scales`` next to ``sizes``). Up: ``tf_half_pixel_for_nn`` (removed at 13) is refused.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import onnx
+
+from lowerer.rules.base import Emitter
+from lowerer.steps import generic
+from lowerer.steps.changes import InputAdded, OptionalInput, Semantics, Step
+from lowerer.steps.generic import attribute_value, remove_attribute, set_attribute
+from lowerer.steps.registry import DOWN, UP, adapter
+
+__all__ = ["resize_10_11", "resize_11_10", "resize_13", "upsample_10"]
+
+
+@adapter("Upsample", 10, DOWN, UP)
+def upsample_10(em: Emitter, step: Step, direction: str) -> None:
+    """Upsample-9 → Resize-10 going up (the same meaning); Upsample-10 → Upsample-9 going down."""
+    node = em.node
+    if direction == DOWN:
+        generic.cross(em, step, direction, handled=(Semantics,))
+        return
+    mode = attribute_value(node, "mode")
+    em.op("Resize", list(node.input), list(node.output), mode=None if mode is None else str(mode))
+
+
+def _nearest_mode(em: Emitter, scales: str, why: str) -> str:
+    """``floor`` when every resized axis of the constant ``scales`` upsamples, ``ceil`` when each downsamples."""
+    value = em.constant(scales)
+    if value is None:
+        em.refuse(f"scales {scales!r} are not a constant: Resize-10's nearest rounds down on upsampled axes and "
+                  f"up on downsampled ones, and {why} needs to know which")
+    resized = value.reshape(-1)[value.reshape(-1) != 1]
+    if resized.size == 0 or bool(np.all(resized > 1)):
+        return "floor"
+    if bool(np.all(resized < 1)):
+        return "ceil"
+    em.refuse(f"scales {scales!r} = {value.tolist()} upsample some axes and downsample others: Resize-10's nearest "
+              "rounds them differently (down, up), which no single nearest_mode of Resize-11 does")
+
+
+@adapter("Resize", 11, UP)
+def resize_10_11(em: Emitter, step: Step, direction: str) -> None:
+    """Resize-10 [X, scales] → Resize-11 [X, empty roi, scales], asymmetric, nearest_mode floor or ceil."""
+    node = generic.copy_of(em.node)
+    mode = str(attribute_value(node, "mode") or "nearest")
+    if mode == "nearest":
+        set_attribute(node, "nearest_mode", _nearest_mode(em, node.input[1], "Resize-11's nearest_mode"))
+    set_attribute(node, "coordinate_transformation_mode", "asymmetric")
+    roi = em.const(np.zeros([0], dtype=np.float32), "roi")
+    node.input[:] = [node.input[0], roi, node.input[1]]
+    generic.cross(em, step, direction, node, handled=(Semantics,))
+
+
+def _require(em: Emitter, node: onnx.NodeProto, name: str, wanted: object, default: object, why: str) -> None:
+    """Refuse unless attribute ``name`` (``default`` when absent) is ``wanted``."""
+    value = attribute_value(node, name)
+    value = default if value is None else value
+    if value != wanted:
+        em.refuse(f"{name}={value!r}, and Resize-10 {why} (only {name}={wanted!r} means the same)")
+
+
+@adapter("Resize", 11, DOWN)
+def resize_11_10(em: Emitter, step: Step, direction: str) -> None:
+    """Resize-11 → Resize-10 when it uses Resize-10's settings: scales given, asymmetric, floor/ceil nearest."""
+    node = generic.copy_of(em.node)
+    mode = str(attribute_value(node, "mode") or "nearest")
+    if mode not in ("nearest", "linear"):
+        em.refuse(f"mode={mode!r}; Resize-10 has nearest and linear only")
+    _require(em, node, "coordinate_transformation_mode", "asymmetric", "half_pixel", "maps x to x / scale")
+    if len(node.input) > 3 and node.input[3]:
+        em.refuse(f"it is sized by input 'sizes' ({node.input[3]!r}); Resize-10 takes scales only")
+    scales = node.input[2] if len(node.input) > 2 else ""
+    if not scales:
+        em.refuse("it has no scales; Resize-10 needs them")
+    if mode == "nearest":
+        wanted = _nearest_mode(em, scales, "going down")
+        _require(em, node, "nearest_mode", wanted, "round_prefer_floor",
+                 f"rounds {'down' if wanted == 'floor' else 'up'} on these scales")
+    _require(em, node, "exclude_outside", 0, 0, "weighs every sampled position")
+    for name in ("coordinate_transformation_mode", "nearest_mode", "exclude_outside", "cubic_coeff_a",
+                 "extrapolation_value"):
+        remove_attribute(node, name)  # the ones that matter are checked; the others are not read
+    node.input[:] = [node.input[0], scales]
+    generic.cross(em, step, direction, node, handled=(Semantics, InputAdded))
+
+
+@adapter("Resize", 13, DOWN, UP)
+def resize_13(em: Emitter, step: Step, direction: str) -> None:
+    """Down: an omitted roi or scales becomes an empty constant; up: tf_half_pixel_for_nn is refused."""
+    node = generic.copy_of(em.node)
+    if direction == UP:
+        if attribute_value(node, "coordinate_transformation_mode") == "tf_half_pixel_for_nn":
+            em.refuse("coordinate_transformation_mode='tf_half_pixel_for_nn' was removed at Resize-13, and no "
+                      "other mode maps coordinates the same way")
+        generic.cross(em, step, direction, node, handled=(Semantics,))
+        return
+    while len(node.input) < 3:
+        node.input.append("")
+    for index in (1, 2):
+        if not node.input[index]:
+            node.input[index] = em.const(np.zeros([0], dtype=np.float32), ("roi", "scales")[index - 1])
+    generic.cross(em, step, direction, node, handled=(Semantics, OptionalInput))
