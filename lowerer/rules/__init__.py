@@ -8,8 +8,9 @@ here registers nothing: ``tests/test_registry.py`` checks every module of the pa
 * decompositions: :mod:`.hardmax_decomposition` (Hardmax → ArgMax + one-hot), :mod:`.global_max_pool`
   (GlobalMaxPool → ReduceMax);
 * backend forms: :mod:`.backend_forms` (``argmax-flip``, ``last-axis``, ``constant-inputs``);
-* version-step adapters and documented refusals: :mod:`.cast`, :mod:`.control_flow`, :mod:`.elementwise`,
-  :mod:`.normalization`, :mod:`.quantization`, :mod:`.reduction`, :mod:`.shape_ops`, :mod:`.tensor_ops`,
+* version-step adapters and documented refusals: :mod:`.attention`, :mod:`.cast`, :mod:`.control_flow`,
+  :mod:`.elementwise`, :mod:`.grid_sample`, :mod:`.group_norm`, :mod:`.normalization`, :mod:`.quantization`,
+  :mod:`.reduction`, :mod:`.resize`, :mod:`.scan`, :mod:`.scatter`, :mod:`.shape_ops`, :mod:`.tensor_ops`,
   :mod:`.refusals`.
 
 The generic crossing and the function-body expansion are schema-derived and live with the engine
@@ -19,13 +20,19 @@ The generic crossing and the function-body expansion are schema-derived and live
 from __future__ import annotations
 
 from lowerer.rules import (  # noqa: F401  (imported to register their adapters)
+    attention,
     cast,
     control_flow,
     elementwise,
+    grid_sample,
+    group_norm,
     normalization,
     quantization,
     reduction,
     refusals,
+    resize,
+    scan,
+    scatter,
     shape_ops,
     tensor_ops,
 )

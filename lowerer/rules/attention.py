@@ -10,7 +10,7 @@ shorter, or not static) are refused: the two versions may read them differently.
 
 from __future__ import annotations
 
-from lowerer.rules.base import Emitter
+from lowerer.steps.emitter import Emitter
 from lowerer.steps import generic
 from lowerer.steps.changes import Semantics, Step
 from lowerer.steps.registry import DOWN, UP, adapter

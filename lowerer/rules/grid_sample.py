@@ -7,7 +7,7 @@ GridSample-20 renamed ``bilinear`` → ``linear`` (the new default) and ``bicubi
 
 from __future__ import annotations
 
-from lowerer.rules.base import Emitter
+from lowerer.steps.emitter import Emitter
 from lowerer.steps import generic
 from lowerer.steps.changes import Semantics, Step
 from lowerer.steps.generic import attribute_value, set_attribute

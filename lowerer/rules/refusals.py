@@ -29,3 +29,7 @@ for _op, _version, _why in (
 ):
     for _direction in (DOWN, UP):
         REGISTRY.refusal(_op, _version, _direction, _why)
+
+REGISTRY.refusal("GroupNormalization", 21, DOWN, "scale and bias are per channel at 21 and per group at 18, and "
+                 "GroupNormalization-18 is deprecated (onnx.checker rejects it at opsets 18-20): the node is "
+                 "expanded into its function body instead")

@@ -17,7 +17,7 @@ from __future__ import annotations
 import numpy as np
 import onnx
 
-from lowerer.rules.base import Emitter
+from lowerer.steps.emitter import Emitter
 from lowerer.steps import generic
 from lowerer.steps.changes import InputAdded, OptionalInput, Semantics, Step
 from lowerer.steps.generic import attribute_value, remove_attribute, set_attribute

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from lowerer.rules.base import Emitter, normalize_axis
+from lowerer.steps.emitter import Emitter, normalize_axis
 from lowerer.steps import generic
 from lowerer.steps.changes import Semantics, Step
 from lowerer.steps.generic import attribute_value
