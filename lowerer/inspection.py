@@ -11,7 +11,7 @@ from lowerer.errors import ConversionError, InputError
 from lowerer.opsets import MAX_OPSET, MIN_OPSET, default_opset, is_default_domain, since_version
 from lowerer.scopes import Scope, iter_scopes, subgraphs_of
 
-__all__ = ["OWNED_OPS", "inspect_model", "owned_nodes", "reachable_opsets"]
+__all__ = ["OWNED_OPS", "inspect_backend", "inspect_model", "owned_nodes", "reachable_opsets"]
 
 #: Ops lowerer converts or decomposes itself.
 OWNED_OPS = frozenset({"Hardmax", "Softmax", "LogSoftmax", "ArgMax", "ArgMin", "GlobalMaxPool"})
@@ -95,3 +95,62 @@ def inspect_model(path: str | os.PathLike[str], *, target_opset: int | None = No
         low, high = reachable_opsets(model, names)
         info["reachable_opsets"] = {"lowest": low, "highest": high}
     return info
+
+
+def inspect_backend(path: object, for_backend: str, *, target_opset: int | None = None,
+                    decompose: str | list[str] | None = None) -> dict[str, Any]:
+    """What ``--for BACKEND`` would do to the model at ``path`` (a dry run, nothing verified or written).
+
+    Returns the backend, its provider, and one record per node the profile names: where it is, why
+    the backend cannot run it (with the source), and what lowerer would do (the form and the ops it
+    emits, or why the node would stay). ``refused`` holds the refusal when the conversion itself
+    (target opset, decompositions) would be refused.
+    """
+    from lowerer.backends.lowering import finish, make_plan
+    from lowerer.model_io import load_model
+    from lowerer.options import normalize_decompose, request_for
+    from lowerer.pipeline import run_pipeline
+    from lowerer.steps.registry import PICKED
+
+    plan = make_plan(for_backend, True)
+    profile = plan.profile
+    model = load_model(path)  # type: ignore[arg-type]
+    info: dict[str, Any] = {"backend": profile.name, "spec": profile.spec, "provider": profile.provider,
+                            "description": profile.description, "target_opset": target_opset,
+                            "nodes": [], "refused": None}
+    try:
+        report = run_pipeline(model, target_opset=target_opset, request=request_for(normalize_decompose(decompose)),
+                              picker=plan.pick, picked_ops=plan.picked_ops)
+        finish(model, plan, report, warn=False)
+    except ConversionError as e:
+        info["refused"] = str(e)
+        return info
+    assert report.backend is not None
+    made = {(r.scope, r.node): r for r in report.rewrites if any(c.why == PICKED for c in r.crossings)}
+    left = {(k["scope"], k["node"]): k for k in report.backend["left"]}
+    rows = list(report.backend["named"])
+    rows += [k for key, k in left.items() if not any((n["scope"], n["node"]) == key for n in rows)]
+    for node in rows:
+        key = (node["scope"], node["node"])
+        record = dict(node)
+        if key in left:
+            record["lowerer"] = f"keeps it ({left[key]['reason']})"
+            record["emitted"] = None
+        elif key in made:
+            rewrite = made[key]
+            record["lowerer"] = f"{node['rewrite']}: {_ops(rewrite.replacement)}"
+            record["emitted"] = list(rewrite.emitted)
+        else:
+            record["lowerer"] = "no change needed at this opset"
+            record["emitted"] = None
+        info["nodes"].append(record)
+    return info
+
+
+def _ops(nodes: list[onnx.NodeProto]) -> str:
+    """The ops of ``nodes`` in order, an If's branches in brackets: ``Size + Equal + If[Identity | ArgMax + ...]``."""
+    parts = []
+    for n in nodes:
+        branches = [g for a in n.attribute for g in ([a.g] if a.type == onnx.AttributeProto.GRAPH else a.graphs)]
+        parts.append(f"{n.op_type}[{' | '.join(_ops(list(g.node)) for g in branches)}]" if branches else n.op_type)
+    return " + ".join(parts)

@@ -18,7 +18,7 @@ import onnx
 
 from lowerer.backends.plan import BackendPlan, Finding, Kept, scan
 from lowerer.backends.profile import Profile, load_profile
-from lowerer.errors import ConversionError
+from lowerer.errors import ConversionError, InputError
 from lowerer.report import Report
 from lowerer.steps.registry import PICKED
 
@@ -33,10 +33,9 @@ def make_plan(for_backend: object, allow_fallback: object) -> BackendPlan:
     Raises:
         InputError: an unknown backend or a malformed spec, or ``allow_fallback`` not a bool.
     """
-    from lowerer.options import check_flag
-
-    allow = check_flag(allow_fallback, "allow_fallback")
-    return BackendPlan(load_profile(for_backend), allow_fallback=allow)
+    if not isinstance(allow_fallback, bool):
+        raise InputError(f"allow_fallback must be True or False, not {allow_fallback!r}")
+    return BackendPlan(load_profile(for_backend), allow_fallback=allow_fallback)
 
 
 def refusal(finding: Finding, profile: Profile, reason: str, more: list[Finding]) -> str:
@@ -151,63 +150,6 @@ def placement_line(record: dict[str, Any]) -> str:
     detail = record.get("placement_detail")
     return (f"backend {record['spec']} ({record['provider']}): {record['rewritten']} node(s) rewritten for it, "
             f"{left} left to its fallback; {placement}" + (f" ({detail})" if detail else ""))
-
-
-def inspect_backend(path: object, for_backend: str, *, target_opset: int | None = None,
-                    decompose: str | list[str] | None = None) -> dict[str, Any]:
-    """What ``--for BACKEND`` would do to the model at ``path`` (a dry run, nothing verified or written).
-
-    Returns the backend, its provider, and one record per node the profile names: where it is, why
-    the backend cannot run it (with the source), and what lowerer would do (the form and the ops it
-    emits, or why the node would stay). ``refused`` holds the refusal when the conversion itself
-    (target opset, decompositions) would be refused.
-    """
-    from lowerer.model_io import load_model
-    from lowerer.options import normalize_decompose, request_for
-    from lowerer.pipeline import run_pipeline
-
-    plan = make_plan(for_backend, True)
-    profile = plan.profile
-    model = load_model(path)  # type: ignore[arg-type]
-    info: dict[str, Any] = {"backend": profile.name, "spec": profile.spec, "provider": profile.provider,
-                            "description": profile.description, "target_opset": target_opset,
-                            "nodes": [], "refused": None}
-    try:
-        report = run_pipeline(model, target_opset=target_opset, request=request_for(normalize_decompose(decompose)),
-                              picker=plan.pick, picked_ops=plan.picked_ops)
-        finish(model, plan, report, warn=False)
-    except ConversionError as e:
-        info["refused"] = str(e)
-        return info
-    assert report.backend is not None
-    made = {(r.scope, r.node): r for r in report.rewrites if any(c.why == PICKED for c in r.crossings)}
-    left = {(k["scope"], k["node"]): k for k in report.backend["left"]}
-    rows = list(report.backend["named"])
-    rows += [k for key, k in left.items() if not any((n["scope"], n["node"]) == key for n in rows)]
-    for node in rows:
-        key = (node["scope"], node["node"])
-        record = dict(node)
-        if key in left:
-            record["lowerer"] = f"keeps it ({left[key]['reason']})"
-            record["emitted"] = None
-        elif key in made:
-            rewrite = made[key]
-            record["lowerer"] = f"{node['rewrite']}: {_ops(rewrite.replacement)}"
-            record["emitted"] = list(rewrite.emitted)
-        else:
-            record["lowerer"] = "no change needed at this opset"
-            record["emitted"] = None
-        info["nodes"].append(record)
-    return info
-
-
-def _ops(nodes: list[onnx.NodeProto]) -> str:
-    """The ops of ``nodes`` in order, an If's branches in brackets: ``Size + Equal + If[Identity | ArgMax + ...]``."""
-    parts = []
-    for n in nodes:
-        branches = [g for a in n.attribute for g in ([a.g] if a.type == onnx.AttributeProto.GRAPH else a.graphs)]
-        parts.append(f"{n.op_type}[{' | '.join(_ops(list(g.node)) for g in branches)}]" if branches else n.op_type)
-    return " + ".join(parts)
 
 
 def backend_table(info: dict[str, Any]) -> list[str]:

@@ -44,7 +44,8 @@ def inspect(input_path: Path, reach: bool, **values: Any) -> None:
     as_json, conversion = OutputArgs.take(values)["as_json"], ConversionArgs.take(values)
     target_opset, decompose, for_backend = (conversion[k] for k in ("target_opset", "decompose", "for_backend"))
     if for_backend is not None:  # inspect --for BACKEND (lowerer.backends)
-        from lowerer.backends.lowering import backend_table, inspect_backend
+        from lowerer.backends.lowering import backend_table
+        from lowerer.inspection import inspect_backend
 
         found = inspect_backend(input_path, for_backend, target_opset=target_opset, decompose=decompose)
         for line in ([json.dumps(found, indent=2)] if as_json else backend_table(found)):
