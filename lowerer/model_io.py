@@ -48,7 +48,6 @@ __all__ = [
     "save_model",
     "write_outputs",
     "write_single_data_file",
-    "write_text_atomic",
 ]
 
 #: The largest message protobuf parses or writes (2 GiB - 1).
@@ -544,19 +543,6 @@ def save_model(
     plan = plan_outputs(path, locations=external_data_locations(model, payload), source_dir=source_dir,
                         external_data=external_data)
     write_outputs(plan, model)
-
-
-def write_text_atomic(path: str | os.PathLike[str], text: str) -> None:
-    """Write a text file atomically (for reports).
-
-    Raises:
-        InputError: the path is unusable (see :func:`lowerer.paths.check_output_path`).
-    """
-    out = Path(path)
-    check_output_path(out, "report")
-    with Transaction() as tx:
-        _stage_bytes(tx, out, text.encode())
-        tx.commit()
 
 
 #: Offsets in a data file lowerer writes are aligned to this (what memory-mapping loaders like).
