@@ -162,6 +162,10 @@ def iter_tensors(model: onnx.ModelProto) -> Iterator[onnx.TensorProto]:
 
     Initializers, sparse initializers' values and indices, and tensor, tensors, sparse-tensor
     and sparse-tensors attributes (Constant's ``value`` and ``sparse_value`` ...).
+
+    The walk reads which fields are set, not the attributes' declared types (unlike
+    :func:`lowerer.scopes.walk_graphs`): a tensor stored in a mis-typed attribute of a hostile
+    model is still found, and so still checked.
     """
 
     def from_graph(graph: onnx.GraphProto) -> Iterator[onnx.TensorProto]:

@@ -22,6 +22,7 @@ from lowerer import reference
 from lowerer.errors import VerificationError
 from lowerer.report import Rewrite
 from lowerer.rules.expansion import EXPANSION_RULE
+from lowerer.scopes import node_graphs
 from lowerer.verification.compare import (
     EXPANSION_ULPS,
     KERNEL_EPSILONS,
@@ -173,14 +174,14 @@ class _Canon:
         for a in node.attribute:
             if a.type == onnx.AttributeProto.TENSOR:
                 a.t.name = ""
-            for g in (a.g,) if a.type == onnx.AttributeProto.GRAPH else tuple(a.graphs):
-                g.name = "body"
-                for v in (*g.input, *g.output, *g.value_info):
-                    v.name = self.rename(v.name)
-                for t in g.initializer:
-                    t.name = self.rename(t.name)
-                for n in g.node:
-                    self._rename_in_place(n)
+        for g in node_graphs(node):
+            g.name = "body"
+            for v in (*g.input, *g.output, *g.value_info):
+                v.name = self.rename(v.name)
+            for t in g.initializer:
+                t.name = self.rename(t.name)
+            for n in g.node:
+                self._rename_in_place(n)
 
     def _tensor(self, t: onnx.TensorProto) -> onnx.TensorProto:
         c = onnx.TensorProto()
