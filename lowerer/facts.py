@@ -66,12 +66,6 @@ class Facts:
             return self._infer(name, *made)
         return self._shapes.lookup(self.scope, name, enough)
 
-    def known_type(self, name: str) -> ValueType | None:
-        """Like :meth:`type_of` without running shape inference over the model."""
-        if name in self._types or name in self._producers:
-            return self.type_of(name)
-        return self._shapes.known(self.scope, name)
-
     def elem_type(self, name: str) -> int | None:
         """The element type of ``name`` (None when unknown)."""
         vt = self.type_of(name, lambda vt: vt[0] != 0)

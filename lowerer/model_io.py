@@ -48,7 +48,6 @@ __all__ = [
     "save_model",
     "write_outputs",
     "write_single_data_file",
-    "write_text_atomic",
 ]
 
 #: The largest message protobuf parses or writes (2 GiB - 1).
@@ -163,6 +162,10 @@ def iter_tensors(model: onnx.ModelProto) -> Iterator[onnx.TensorProto]:
 
     Initializers, sparse initializers' values and indices, and tensor, tensors, sparse-tensor
     and sparse-tensors attributes (Constant's ``value`` and ``sparse_value`` ...).
+
+    The walk reads which fields are set, not the attributes' declared types (unlike
+    :func:`lowerer.scopes.walk_graphs`): a tensor stored in a mis-typed attribute of a hostile
+    model is still found, and so still checked.
     """
 
     def from_graph(graph: onnx.GraphProto) -> Iterator[onnx.TensorProto]:
@@ -364,19 +367,51 @@ def plan_outputs(output: str | os.PathLike[str], *, locations: Sequence[str] = (
     check_output_path(out, "output model")
     out_dir = out.parent.resolve()
     src_dir = Path(source_dir).resolve() if source_dir is not None else None
-    data_reads: dict[Path, str] = {}
-    if src_dir is not None:
+    reads = _InputFiles(input_model, src_dir, locations)
+    _check_sources(out, out_dir, src_dir, locations)
+    plan = OutputPlan(out, out_dir, source_dir=src_dir, locations=tuple(locations))
+    written: list[tuple[Path, str]] = [(out, "output model")]
+    if report is not None:
+        plan.report = _plan_report(Path(report), out, reads)
+        written.append((plan.report, "report"))
+    if external_data is not None:
+        written.append((_plan_external_data(external_data, out, out_dir, reads), "external data file"))
+        plan.external_data = external_data
+    elif src_dir is not None and src_dir != out_dir:
         for location in locations:
-            data_reads[src_dir / location] = location
-    read_files = [*([input_model] if input_model is not None else []), *data_reads]
+            dst = _plan_copy(location, src_dir, out_dir, reads)
+            if dst is not None:
+                plan.copies[location] = (src_dir / location, dst)
+                written.append((dst, "external data file"))
+    for i, (a, what_a) in enumerate(written):
+        for b, what_b in written[i + 1:]:
+            if same_file(a, b):
+                raise InputError(f"{b}: the {what_b} would be the same file as the {what_a}; give them different paths")
+    return plan
 
-    def clash(path: Path, what: str) -> None:
-        for f in read_files:
+
+class _InputFiles:
+    """The files a conversion reads (the input model, its data files), which no output may replace."""
+
+    def __init__(self, input_model: Path | None, src_dir: Path | None, locations: Sequence[str]) -> None:
+        self.input_model = input_model
+        self.data_reads: dict[Path, str] = {}
+        if src_dir is not None:
+            for location in locations:
+                self.data_reads[src_dir / location] = location
+        self.files = [*([input_model] if input_model is not None else []), *self.data_reads]
+
+    def clash(self, path: Path, what: str) -> None:
+        """Refuse to write the ``what`` at ``path`` when it is one of the files read."""
+        for f in self.files:
             if same_file(path, f):
-                name = ("the input model" if f == input_model
-                        else f"the input's external data file {data_reads.get(f, f.name)!r}")
+                name = ("the input model" if f == self.input_model
+                        else f"the input's external data file {self.data_reads.get(f, f.name)!r}")
                 raise InputError(f"{path}: is {name}; writing the {what} there would destroy it. Choose another path")
 
+
+def _check_sources(out: Path, out_dir: Path, src_dir: Path | None, locations: Sequence[str]) -> None:
+    """The output model lands on none of its data files, and each data file to read is usable."""
     for location in locations:  # the model must not land on a data file it references
         if (src_dir is not None and same_file(out, src_dir / location)) or same_file(out, out_dir / location):
             raise InputError(f"{out}: is the model's external data file {location!r}; writing the model there "
@@ -388,49 +423,46 @@ def plan_outputs(output: str | os.PathLike[str], *, locations: Sequence[str] = (
             if problem is not None:
                 raise InputError(f"external data location {location!r} {problem}")
             require_regular_file(src, f"the model's external data file {location!r}")
-    plan = OutputPlan(out, out_dir, source_dir=src_dir, locations=tuple(locations))
-    written: list[tuple[Path, str]] = [(out, "output model")]
-    if report is not None:
-        report_path = Path(report)
-        check_output_path(report_path, "report")
-        clash(report_path, "report")
-        if same_file(report_path, out):
-            raise InputError(f"{report_path}: is the output model too; give the report another path")
-        plan.report = report_path
-        written.append((report_path, "report"))
-    if external_data is not None:
-        problem = location_problem(external_data, out_dir, "the output's directory")
-        if problem is not None or Path(external_data).name in ("", ".", ".."):
-            raise InputError(f"external data file {external_data!r}: give a file name relative to the output's "
-                             "directory that stays inside it (no '..', no absolute path, no link leading out)")
-        dst = out_dir / external_data
-        _check_new_file_path(dst, f"external data file {external_data!r}")
-        if same_file(dst, out):
-            raise InputError(f"{out}: is the model's external data file {external_data!r}; writing the model there "
-                             "would destroy the weights. Choose another output name")
-        clash(dst, "weights")
-        plan.external_data = external_data
-        written.append((dst, "external data file"))
-    elif src_dir is not None and src_dir != out_dir:
-        for location in locations:
-            problem = location_problem(location, out_dir, "the output directory")
-            if problem is not None:
-                problem = problem.replace("beside the model", "beside the output")
-                raise InputError(f"external data location {location!r} {problem}")
-            src, dst = src_dir / location, out_dir / location
-            if _check_new_file_path(dst, f"the external data file {location!r}"):
-                if same_file(src, dst) or filecmp.cmp(src, dst, shallow=False):
-                    continue  # the same bytes are there already
-                raise InputError(f"{dst}: a different file of that name already exists where the output's external "
-                                 "data must go; move it or choose another output directory")
-            clash(dst, "external data")
-            plan.copies[location] = (src, dst)
-            written.append((dst, "external data file"))
-    for i, (a, what_a) in enumerate(written):
-        for b, what_b in written[i + 1:]:
-            if same_file(a, b):
-                raise InputError(f"{b}: the {what_b} would be the same file as the {what_a}; give them different paths")
-    return plan
+
+
+def _plan_report(report_path: Path, out: Path, reads: _InputFiles) -> Path:
+    """Check the report's path; return it."""
+    check_output_path(report_path, "report")
+    reads.clash(report_path, "report")
+    if same_file(report_path, out):
+        raise InputError(f"{report_path}: is the output model too; give the report another path")
+    return report_path
+
+
+def _plan_external_data(external_data: str, out: Path, out_dir: Path, reads: _InputFiles) -> Path:
+    """Check the one data file every weight goes to; return its path."""
+    problem = location_problem(external_data, out_dir, "the output's directory")
+    if problem is not None or Path(external_data).name in ("", ".", ".."):
+        raise InputError(f"external data file {external_data!r}: give a file name relative to the output's "
+                         "directory that stays inside it (no '..', no absolute path, no link leading out)")
+    dst = out_dir / external_data
+    _check_new_file_path(dst, f"external data file {external_data!r}")
+    if same_file(dst, out):
+        raise InputError(f"{out}: is the model's external data file {external_data!r}; writing the model there "
+                         "would destroy the weights. Choose another output name")
+    reads.clash(dst, "weights")
+    return dst
+
+
+def _plan_copy(location: str, src_dir: Path, out_dir: Path, reads: _InputFiles) -> Path | None:
+    """Where data file ``location`` is copied beside the output, or None when the same bytes are there."""
+    problem = location_problem(location, out_dir, "the output directory")
+    if problem is not None:
+        problem = problem.replace("beside the model", "beside the output")
+        raise InputError(f"external data location {location!r} {problem}")
+    src, dst = src_dir / location, out_dir / location
+    if _check_new_file_path(dst, f"the external data file {location!r}"):
+        if same_file(src, dst) or filecmp.cmp(src, dst, shallow=False):
+            return None  # the same bytes are there already
+        raise InputError(f"{dst}: a different file of that name already exists where the output's external "
+                         "data must go; move it or choose another output directory")
+    reads.clash(dst, "external data")
+    return dst
 
 
 def _check_new_file_path(path: Path, what: str) -> bool:
@@ -544,19 +576,6 @@ def save_model(
     plan = plan_outputs(path, locations=external_data_locations(model, payload), source_dir=source_dir,
                         external_data=external_data)
     write_outputs(plan, model)
-
-
-def write_text_atomic(path: str | os.PathLike[str], text: str) -> None:
-    """Write a text file atomically (for reports).
-
-    Raises:
-        InputError: the path is unusable (see :func:`lowerer.paths.check_output_path`).
-    """
-    out = Path(path)
-    check_output_path(out, "report")
-    with Transaction() as tx:
-        _stage_bytes(tx, out, text.encode())
-        tx.commit()
 
 
 #: Offsets in a data file lowerer writes are aligned to this (what memory-mapping loaders like).

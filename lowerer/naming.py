@@ -2,14 +2,13 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterable
+
 import onnx
 
+from lowerer.scopes import model_graphs
+
 __all__ = ["NameGenerator", "node_label"]
-
-
-def node_label(node: onnx.NodeProto) -> str:
-    """How messages name a node: its name quoted, or ``<unnamed Op>``."""
-    return repr(node.name) if node.name else f"<unnamed {node.op_type}>"
 
 
 class NameGenerator:
@@ -33,33 +32,18 @@ class NameGenerator:
 
     def _scan(self) -> set[str]:
         used: set[str] = set()
-
-        def graph(g: onnx.GraphProto) -> None:
+        for g in model_graphs(self._model):
             used.update(v.name for v in g.input)
             used.update(v.name for v in g.output)
             used.update(v.name for v in g.value_info)
             used.update(t.name for t in g.initializer)
             used.update(s.values.name for s in g.sparse_initializer)
-            nodes(g.node)
-
-        def nodes(ns: object) -> None:
-            for n in ns:  # type: ignore[attr-defined]
-                used.add(n.name)
-                used.update(n.input)
-                used.update(n.output)
-                for a in n.attribute:
-                    if a.type == onnx.AttributeProto.GRAPH:
-                        graph(a.g)
-                    elif a.type == onnx.AttributeProto.GRAPHS:
-                        for sub in a.graphs:
-                            graph(sub)
-
-        graph(self._model.graph)
+            _add_node_names(used, g.node)
         for f in self._model.functions:
             used.update(f.input)
             used.update(f.output)
             used.update(v.name for v in f.value_info)
-            nodes(f.node)
+            _add_node_names(used, f.node)
         return used
 
     def fresh(self, hint: str) -> str:
@@ -73,3 +57,17 @@ class NameGenerator:
             if name not in self._used:
                 self._used.add(name)
                 return name
+
+
+def _add_node_names(used: set[str], nodes: Iterable[onnx.NodeProto]) -> None:
+    """Add the names of ``nodes`` and of the values they read and write to ``used``."""
+    add, update = used.add, used.update  # bound once: this runs for every node of the model
+    for n in nodes:
+        add(n.name)
+        update(n.input)
+        update(n.output)
+
+
+def node_label(node: onnx.NodeProto) -> str:
+    """How messages name a node: its name quoted, or ``<unnamed Op>`` when it has none."""
+    return repr(node.name) if node.name else f"<unnamed {node.op_type}>"

@@ -20,6 +20,7 @@ import onnx
 from lowerer.errors import ConversionError, InputError
 from lowerer.progress import ProgressCallback, notify
 from lowerer.report import Report
+from lowerer.scopes import walk_nodes
 
 if TYPE_CHECKING:
     from lowerer.verification.whole import ModelCheckOptions
@@ -31,19 +32,7 @@ logger = logging.getLogger(__name__)
 
 def count_nodes(model: onnx.ModelProto) -> int:
     """Nodes in the main graph, its subgraphs and the model-local functions."""
-
-    def in_nodes(nodes: Sequence[onnx.NodeProto]) -> int:
-        total = 0
-        for node in nodes:
-            total += 1
-            for attr in node.attribute:
-                if attr.type == onnx.AttributeProto.GRAPH:
-                    total += in_nodes(attr.g.node)
-                for g in attr.graphs:
-                    total += in_nodes(g.node)
-        return total
-
-    return in_nodes(model.graph.node) + sum(in_nodes(f.node) for f in model.functions)
+    return sum(1 for _ in walk_nodes(model))
 
 
 def optimize_model(model: onnx.ModelProto, source_dir: Path | None, *, report: Report,

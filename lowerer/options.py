@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from lowerer.errors import InputError
-from lowerer.steps.registry import Request
+from lowerer.steps.registry import NO_REQUEST, Request
 
 if TYPE_CHECKING:
     from lowerer.backends.profile import Profile
@@ -47,7 +47,7 @@ class ConvertOptions:
 
     target_opset: int | None = None
     decompose: frozenset[str] = frozenset()
-    request: Request = Request()
+    request: Request = NO_REQUEST
     verify: bool = True
     providers: tuple[str, ...] | None = None
     seed: int = 0

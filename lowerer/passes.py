@@ -97,6 +97,7 @@ class Pass(abc.ABC):
         """Do the pass's work on ``state`` (the model in place)."""
 
     def __call__(self, state: State) -> None:
+        """Run the pass on ``state`` if it applies: timed, and the options must stay the same object."""
         if not self.applies(state):
             return
         options = state.options
@@ -113,10 +114,10 @@ class ConvertPass(Pass):
 
     name = "convert"
 
-    def applies(self, state: State) -> bool:  # noqa: D102
+    def applies(self, state: State) -> bool:
         return state.options.converts
 
-    def run(self, state: State) -> None:  # noqa: D102
+    def run(self, state: State) -> None:
         from lowerer.pipeline import run_pipeline
 
         options = state.options
@@ -143,10 +144,10 @@ class BackendPass(Pass):
 
     name = "backend"
 
-    def applies(self, state: State) -> bool:  # noqa: D102
+    def applies(self, state: State) -> bool:
         return state.plan is not None
 
-    def run(self, state: State) -> None:  # noqa: D102
+    def run(self, state: State) -> None:
         from lowerer.backends.lowering import finish
 
         assert state.plan is not None
@@ -158,10 +159,10 @@ class CleanupPass(Pass):
 
     name = "cleanup"
 
-    def applies(self, state: State) -> bool:  # noqa: D102
+    def applies(self, state: State) -> bool:
         return bool(state.report.rewrites)
 
-    def run(self, state: State) -> None:  # noqa: D102
+    def run(self, state: State) -> None:
         from lowerer.cleanup import remove_dead
 
         removed = remove_dead(state.model, state.report.rewrites)
@@ -174,10 +175,10 @@ class ValidatePass(Pass):
 
     name = "validate"
 
-    def applies(self, state: State) -> bool:  # noqa: D102
+    def applies(self, state: State) -> bool:
         return state.options.converts
 
-    def run(self, state: State) -> None:  # noqa: D102
+    def run(self, state: State) -> None:
         from lowerer.validation import validate_output
 
         validate_output(state.model, state.serialized if state.serialized is not None else state.original,
@@ -189,10 +190,10 @@ class ModelCheckPass(Pass):
 
     name = "verify-model"
 
-    def applies(self, state: State) -> bool:  # noqa: D102
+    def applies(self, state: State) -> bool:
         return state.options.verify_model is not None and state.original is not None
 
-    def run(self, state: State) -> None:  # noqa: D102
+    def run(self, state: State) -> None:
         from lowerer.verification.whole import ModelSource, verify_models
 
         assert state.original is not None
@@ -213,10 +214,10 @@ class OptimizePass(Pass):
 
     name = "optimize"
 
-    def applies(self, state: State) -> bool:  # noqa: D102
+    def applies(self, state: State) -> bool:
         return state.options.optimize is not None
 
-    def run(self, state: State) -> None:  # noqa: D102
+    def run(self, state: State) -> None:
         from lowerer.optimize import optimize_model
 
         options = state.options
@@ -231,10 +232,10 @@ class PlacementPass(Pass):
 
     name = "placement"
 
-    def applies(self, state: State) -> bool:  # noqa: D102
+    def applies(self, state: State) -> bool:
         return state.plan is not None
 
-    def run(self, state: State) -> None:  # noqa: D102
+    def run(self, state: State) -> None:
         from lowerer.backends.lowering import prove
 
         assert state.plan is not None

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import gc
 import logging
-from collections.abc import Callable, Iterable
+from collections.abc import Callable
 
 import numpy as np
 import onnx
@@ -23,7 +23,7 @@ from lowerer.rules import REGISTRY
 from lowerer.scopes import Scope, iter_scopes, subgraphs_of, used_names
 from lowerer.shapes import ShapeIndex
 from lowerer.steps.engine import Conversion, Picker, StepEngine
-from lowerer.steps.registry import Request
+from lowerer.steps.registry import NO_REQUEST, Request
 from lowerer.validation import NodeGate, RewriteChecker
 
 __all__ = ["Verifier", "run_pipeline"]
@@ -266,7 +266,8 @@ class _Run:
 
 def _rule_name(conversion: Conversion) -> str:
     """The report's rule name: the first rule, decomposition, form or expansion, else the adapters, else
-    ``version-steps``."""
+    ``version-steps``.
+    """
     for c in conversion.crossings:
         if c.kind in ("rule", "decomposition", "form", "expansion"):
             return c.entry
@@ -296,7 +297,7 @@ def run_pipeline(
     model: onnx.ModelProto,
     *,
     target_opset: int | None = None,
-    request: Request = Request(),
+    request: Request = NO_REQUEST,
     verifier: Verifier | None = None,
     serialized: bytes | None = None,
     picker: Picker | None = None,

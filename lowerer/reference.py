@@ -27,6 +27,7 @@ import onnx
 from onnx import numpy_helper
 
 from lowerer.opsets import since_version
+from lowerer.scopes import node_graphs
 
 __all__ = [
     "ReferenceEvalError",
@@ -403,10 +404,6 @@ def _version(node: onnx.NodeProto, opset: int) -> int:
     return v
 
 
-def _branches(node: onnx.NodeProto) -> list[onnx.GraphProto]:
-    return [a.g for a in node.attribute if a.type == onnx.AttributeProto.GRAPH]
-
-
 def supports(nodes: Iterable[onnx.NodeProto], opset: int) -> str | None:
     """None when every node (and every If branch) can be evaluated at ``opset``, else the reason it cannot."""
     for node in nodes:
@@ -415,7 +412,7 @@ def supports(nodes: Iterable[onnx.NodeProto], opset: int) -> str | None:
         except ReferenceEvalError as e:
             return str(e)
         if node.op_type == "If":
-            for branch in _branches(node):
+            for branch in node_graphs(node):
                 why = supports(branch.node, opset)
                 if why:
                     return why

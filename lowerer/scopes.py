@@ -14,7 +14,22 @@ import onnx
 
 from lowerer.opsets import default_opset
 
-__all__ = ["Locator", "Scope", "find_graph", "function_key", "iter_scopes", "node_graphs", "subgraphs_of", "used_names"]
+__all__ = [
+    "Locator",
+    "Scope",
+    "find_graph",
+    "function_key",
+    "iter_scopes",
+    "model_graphs",
+    "node_graphs",
+    "subgraphs_of",
+    "used_names",
+    "walk_graphs",
+    "walk_nodes",
+]
+
+_GRAPH = onnx.AttributeProto.GRAPH
+_GRAPHS = onnx.AttributeProto.GRAPHS
 
 #: How to reach a subgraph from its root: (node index, attribute name, graph index) per level.
 Locator = tuple[tuple[int, str, int], ...]
@@ -86,17 +101,65 @@ def subgraphs_of(node: onnx.NodeProto) -> Iterator[tuple[str, int, onnx.GraphPro
     ``position`` is -1 for a GRAPH attribute and the index within a GRAPHS attribute.
     """
     for attr in node.attribute:
-        if attr.type == onnx.AttributeProto.GRAPH:
+        if attr.type == _GRAPH:
             yield attr.name, -1, attr.g
-        elif attr.type == onnx.AttributeProto.GRAPHS:
+        elif attr.type == _GRAPHS:
             for i, g in enumerate(attr.graphs):
                 yield attr.name, i, g
 
 
 def node_graphs(node: onnx.NodeProto) -> Iterator[onnx.GraphProto]:
-    """Each subgraph of ``node`` (its GRAPH and GRAPHS attributes), in attribute order."""
-    for _, _, graph in subgraphs_of(node):
-        yield graph
+    """Each subgraph ``node`` holds (its GRAPH and GRAPHS attributes), in attribute order; not nested ones."""
+    for attr in node.attribute:
+        kind = attr.type
+        if kind == _GRAPH:
+            yield attr.g
+        elif kind == _GRAPHS:
+            yield from attr.graphs
+
+
+def walk_graphs(graph: onnx.GraphProto) -> Iterator[onnx.GraphProto]:
+    """``graph``, then every graph nested in its nodes at any depth, depth first in document order.
+
+    Iterative (no recursion limit on deeply nested models); the only cost per node is one look
+    at the types of its attributes. A graph is yielded before its nodes are searched, so the
+    caller may read it while the walk goes on (it must not add or remove subgraphs meanwhile).
+    """
+    stack = [graph]
+    while stack:
+        current = stack.pop()
+        yield current
+        found: list[onnx.GraphProto] = []
+        for node in current.node:
+            attributes = node.attribute
+            if not attributes:  # most nodes: skipped without starting a loop
+                continue
+            for attr in attributes:
+                kind = attr.type
+                if kind == _GRAPH:
+                    found.append(attr.g)
+                elif kind == _GRAPHS:
+                    found.extend(attr.graphs)
+        if found:
+            found.reverse()
+            stack.extend(found)
+
+
+def model_graphs(model: onnx.ModelProto) -> Iterator[onnx.GraphProto]:
+    """Every graph of ``model``: the main graph and its nested graphs, then those nested in local functions."""
+    yield from walk_graphs(model.graph)
+    for function in model.functions:
+        for node in function.node:
+            for sub in node_graphs(node):
+                yield from walk_graphs(sub)
+
+
+def walk_nodes(model: onnx.ModelProto) -> Iterator[onnx.NodeProto]:
+    """Every node of ``model``: those of each graph of :func:`model_graphs`, then each local function's own."""
+    for graph in model_graphs(model):
+        yield from graph.node
+    for function in model.functions:
+        yield from function.node
 
 
 def find_graph(root: onnx.GraphProto, locator: Locator) -> onnx.GraphProto | None:
@@ -109,9 +172,9 @@ def find_graph(root: onnx.GraphProto, locator: Locator) -> onnx.GraphProto | Non
         for attr in graph.node[index].attribute:
             if attr.name != attr_name:
                 continue
-            if attr.type == onnx.AttributeProto.GRAPH:
+            if attr.type == _GRAPH:
                 found = attr.g
-            elif attr.type == onnx.AttributeProto.GRAPHS and position < len(attr.graphs):
+            elif attr.type == _GRAPHS and position < len(attr.graphs):
                 found = attr.graphs[position]
         if found is None:
             return None

@@ -83,7 +83,7 @@ class BackendPlan:
         return frozenset(op for e in self.profile.entries if e.rewrite is not None for op in e.ops)
 
     def pick(self, node: onnx.NodeProto, scope: Scope, version: int, facts: object) -> Pick | None:
-        """The form for ``node`` (at since-version ``version``, at the target), or None when the profile does not name it."""
+        """The form for ``node`` (at since-``version``, at the target); None when the profile does not name it."""
         from lowerer.facts import Facts
 
         assert isinstance(facts, Facts)

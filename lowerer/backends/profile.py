@@ -18,7 +18,7 @@ from __future__ import annotations
 import functools
 import json
 import re
-from collections.abc import Iterable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from importlib import resources
 from typing import TYPE_CHECKING, Any
@@ -51,7 +51,6 @@ _CONDITIONS = frozenset({"attribute", "dtypes", "not_dtypes", "literal_inputs", 
 _ENTRY_KEYS = frozenset({"op", "ops", "versions", "when", "rewrite", "why", "source", "confirmed", "note",
                          "backend_versions"})
 _AXIS_OPS = frozenset({"Hardmax", "Softmax", "LogSoftmax"})
-_VERSION = re.compile(r"^\d+(\.\d+)*$")
 _SPEC = re.compile(r"^\s*([A-Za-z][A-Za-z0-9_-]*)\s*(?:(<=|>=|==|=|<|>|@)\s*(\d+(?:\.\d+)*))?\s*$")
 
 _WIDTH = 8
@@ -411,8 +410,3 @@ def _describe_condition(name: str, value: Any) -> str:
         return "with a dynamic size along the axis" if value else ""
     return ""
 
-
-def entries_of(profile: Profile, ops: Iterable[str]) -> list[Entry]:
-    """The profile's entries that name any of ``ops``."""
-    wanted = set(ops)
-    return [e for e in profile.entries if wanted & set(e.ops)]

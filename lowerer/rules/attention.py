@@ -10,9 +10,9 @@ shorter, or not static) are refused: the two versions may read them differently.
 
 from __future__ import annotations
 
-from lowerer.steps.emitter import Emitter
 from lowerer.steps import generic
 from lowerer.steps.changes import Semantics, Step
+from lowerer.steps.emitter import Emitter
 from lowerer.steps.registry import DOWN, UP, adapter
 
 __all__ = ["attention_24", "total_sequence_length"]

@@ -22,9 +22,10 @@ import numpy as np
 import onnx
 
 from lowerer.errors import ConversionError
+from lowerer.naming import node_label
 from lowerer.rules.argmax import ArgExtremumRule
-from lowerer.steps.emitter import Emitter, Rule, attr, normalize_axis
 from lowerer.rules.hardmax import CoercedAxisRule, read_semantics
+from lowerer.steps.emitter import Emitter, Rule, attr, normalize_axis
 
 __all__ = ["ConstantInputsForm", "LastAxisForm", "SelectLastIndexForm"]
 
@@ -164,11 +165,10 @@ class ConstantInputsForm(Rule):
                 continue
             value = em.constant(name)
             if value is None or value.dtype == object:
-                label = node.name or f"<unnamed {node.op_type}>"
                 raise ConversionError(
-                    f"node {label!r} ({node.op_type}-{em.source_version}, in {em.scope.path}): {self.backend} wants "
-                    f"its input {index} ({name!r}) constant, and lowerer cannot prove it constant (it is computed "
-                    "at run time from values not known before)", node=node, scope=em.scope.path)
+                    f"node {node_label(node)} ({node.op_type}-{em.source_version}, in {em.scope.path}): {self.backend} "
+                    f"wants its input {index} ({name!r}) constant, and lowerer cannot prove it constant (it is "
+                    "computed at run time from values not known before)", node=node, scope=em.scope.path)
             elem = em.elem_type(name)
             if elem is not None:
                 value = np.asarray(value).astype(onnx.helper.tensor_dtype_to_np_dtype(elem), copy=False)

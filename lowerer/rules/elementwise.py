@@ -14,9 +14,9 @@ from __future__ import annotations
 import numpy as np
 
 from lowerer.reference import np_dtype
-from lowerer.steps.emitter import Emitter
 from lowerer.steps import generic
 from lowerer.steps.changes import AttrRemoved, OptionalInput, Semantics, Step
+from lowerer.steps.emitter import Emitter
 from lowerer.steps.generic import attribute_value, remove_attribute
 from lowerer.steps.registry import DOWN, UP, adapter
 

@@ -7,9 +7,9 @@ GridSample-20 renamed ``bilinear`` → ``linear`` (the new default) and ``bicubi
 
 from __future__ import annotations
 
-from lowerer.steps.emitter import Emitter
 from lowerer.steps import generic
 from lowerer.steps.changes import Semantics, Step
+from lowerer.steps.emitter import Emitter
 from lowerer.steps.generic import attribute_value, set_attribute
 from lowerer.steps.registry import DOWN, UP, adapter
 

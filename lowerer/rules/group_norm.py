@@ -15,9 +15,9 @@ from __future__ import annotations
 import numpy as np
 import onnx
 
-from lowerer.steps.emitter import Emitter
 from lowerer.steps import generic
 from lowerer.steps.changes import Semantics, Step
+from lowerer.steps.emitter import Emitter
 from lowerer.steps.generic import attribute_value, set_attribute
 from lowerer.steps.registry import UP, adapter
 

@@ -31,9 +31,9 @@ import math
 import numpy as np
 import onnx
 
-from lowerer.steps.emitter import Emitter, Rule, normalize_axis
 from lowerer.rules.global_max_pool import reduce_max
 from lowerer.rules.hardmax import read_semantics
+from lowerer.steps.emitter import Emitter, Rule, normalize_axis
 
 __all__ = ["HardmaxDecomposition"]
 

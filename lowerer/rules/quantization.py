@@ -7,9 +7,9 @@ version-10 node (scalars) means the same at 13.
 
 from __future__ import annotations
 
-from lowerer.steps.emitter import Emitter
 from lowerer.steps import generic
 from lowerer.steps.changes import Semantics, Step
+from lowerer.steps.emitter import Emitter
 from lowerer.steps.generic import remove_attribute
 from lowerer.steps.registry import DOWN, UP, adapter
 

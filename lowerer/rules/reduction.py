@@ -8,9 +8,9 @@ input itself (``Identity``); with axes given (or 0) it is dropped.
 
 from __future__ import annotations
 
-from lowerer.steps.emitter import Emitter
 from lowerer.steps import generic
 from lowerer.steps.changes import AttrAdded, Step
+from lowerer.steps.emitter import Emitter
 from lowerer.steps.generic import attribute_value, remove_attribute
 from lowerer.steps.registry import DOWN, adapter
 

@@ -17,9 +17,9 @@ from __future__ import annotations
 import numpy as np
 import onnx
 
-from lowerer.steps.emitter import Emitter
 from lowerer.steps import generic
 from lowerer.steps.changes import InputAdded, OptionalInput, Semantics, Step
+from lowerer.steps.emitter import Emitter
 from lowerer.steps.generic import attribute_value, remove_attribute, set_attribute
 from lowerer.steps.registry import DOWN, UP, adapter
 

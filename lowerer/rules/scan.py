@@ -15,8 +15,8 @@ Other batches would need a Loop, which is refused. The body is the same on both 
 
 from __future__ import annotations
 
-from lowerer.steps.emitter import Emitter
 from lowerer.steps.changes import Step
+from lowerer.steps.emitter import Emitter
 from lowerer.steps.generic import attribute, attribute_value
 from lowerer.steps.registry import DOWN, UP, adapter
 

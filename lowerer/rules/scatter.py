@@ -11,9 +11,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from lowerer.steps.emitter import Emitter, normalize_axis
 from lowerer.steps import generic
 from lowerer.steps.changes import Semantics, Step
+from lowerer.steps.emitter import Emitter, normalize_axis
 from lowerer.steps.generic import attribute_value
 from lowerer.steps.registry import DOWN, UP, adapter
 

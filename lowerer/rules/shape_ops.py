@@ -20,9 +20,9 @@ import onnx
 from onnx import helper
 
 from lowerer.reference import np_dtype
-from lowerer.steps.emitter import Emitter
 from lowerer.steps import generic
 from lowerer.steps.changes import AttrAdded, InputAdded, Semantics, Step
+from lowerer.steps.emitter import Emitter
 from lowerer.steps.generic import attribute_value, remove_attribute, set_attribute
 from lowerer.steps.registry import DOWN, UP, adapter
 

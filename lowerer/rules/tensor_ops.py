@@ -17,9 +17,9 @@ from onnx import numpy_helper
 
 from lowerer.constants import constant_node_value
 from lowerer.reference import np_dtype
-from lowerer.steps.emitter import Emitter
 from lowerer.steps import generic
 from lowerer.steps.changes import AttrAdded, NegativeValues, Semantics, Step, Types
+from lowerer.steps.emitter import Emitter
 from lowerer.steps.generic import attribute_value, remove_attribute, set_attribute
 from lowerer.steps.registry import DOWN, UP, adapter
 

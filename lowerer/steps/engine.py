@@ -39,7 +39,17 @@ from lowerer.steps.changes import (
 )
 from lowerer.steps.emitter import Emitter, Rule
 from lowerer.steps.expansion import expand, has_body
-from lowerer.steps.registry import DOWN, UP, Registry, Request, Resolution, history, next_step, step_ends
+from lowerer.steps.registry import (
+    DOWN,
+    NO_REQUEST,
+    UP,
+    Registry,
+    Request,
+    Resolution,
+    history,
+    next_step,
+    step_ends,
+)
 
 __all__ = ["Conversion", "Pick", "Picker", "StepEngine", "first_version", "refuse_attribute_references"]
 
@@ -137,7 +147,7 @@ class StepEngine:
     """
 
     def __init__(self, registry: Registry, names: NameGenerator, shapes: ShapeIndex, constants: ConstantIndex,
-                 request: Request = Request(), used: Callable[[str], bool] = lambda name: True,
+                 request: Request = NO_REQUEST, used: Callable[[str], bool] = lambda name: True,
                  picker: Picker | None = None, picked_ops: frozenset[str] = frozenset()) -> None:
         self.registry = registry
         self.names = names

@@ -19,7 +19,6 @@ from onnx import helper
 
 from lowerer.naming import NameGenerator
 from lowerer.reference import np_dtype
-from lowerer.steps.emitter import Emitter
 from lowerer.steps.changes import (
     ONES,
     AttrAdded,
@@ -38,6 +37,7 @@ from lowerer.steps.changes import (
     Step,
     Types,
 )
+from lowerer.steps.emitter import Emitter
 from lowerer.steps.registry import DOWN
 
 __all__ = [

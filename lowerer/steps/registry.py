@@ -40,13 +40,12 @@ from lowerer.opsets import since_version
 from lowerer.steps.changes import Step
 from lowerer.steps.expansion import has_body
 from lowerer.steps.table import step as table_step
-from lowerer.steps.table import steps_between
 
 if TYPE_CHECKING:
     from lowerer.steps.emitter import Emitter, Rule
 
-__all__ = ["DOWN", "PICKED", "REGISTRY", "UP", "Adapter", "Entry", "Kind", "Registry", "Request", "Resolution", "adapter",
-           "history"]
+__all__ = ["DOWN", "NO_REQUEST", "PICKED", "REGISTRY", "UP", "Adapter", "Entry", "Kind", "Registry", "Request",
+           "Resolution", "adapter", "history"]
 
 DOWN = "down"
 UP = "up"
@@ -124,6 +123,10 @@ class Request:
 
     decompose: frozenset[str] = frozenset()
     expand: frozenset[str] = frozenset()
+
+
+#: Nothing asked besides the target.
+NO_REQUEST = Request()
 
 
 @dataclass(frozen=True)
@@ -257,7 +260,7 @@ class Registry:
             raise KeyError(f"no form {name!r} for {op}")
         return entry
 
-    def resolve(self, op: str, version: int, target: int, request: Request = Request(),
+    def resolve(self, op: str, version: int, target: int, request: Request = NO_REQUEST,
                 form: str | None = None) -> Resolution | None:
         """What happens next to a default-domain ``op`` node at since-``version``, bound for opset ``target``.
 
@@ -312,7 +315,7 @@ class Registry:
             return Resolution(Entry("same-meaning", op, key, f"{op.lower()}_{version}_{tv}", rule), target)
         return Resolution(Entry("rule", op, key, rule.name, rule), target)
 
-    def explain(self, op: str, source_version: int, target_version: int, request: Request = Request()) -> list[str]:
+    def explain(self, op: str, source_version: int, target_version: int, request: Request = NO_REQUEST) -> list[str]:
         """One line per step (or span) crossed from ``source_version`` to ``target_version``, and what crosses it.
 
         Each line comes from :meth:`resolve`, as the engine runs it; a node the entry emits under another op
@@ -336,7 +339,7 @@ class Registry:
             version = next_version
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def expansion_entry(op: str) -> Entry:
     """The function-body expansion entry of ``op`` (schema-derived: any op whose schema has a body)."""
     return Entry("expansion", op, FUNCTION_BODY, "function-expansion")

@@ -14,14 +14,9 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import TYPE_CHECKING
 
-from lowerer.report import Report
 from lowerer.verification.check import CheckResult, Progress, RewriteVerifier
 from lowerer.verification.providers import available_providers, select_providers
-
-if TYPE_CHECKING:
-    from lowerer.verification.whole import ModelCheckOptions, ModelComparison, ModelSource
 
 __all__ = [
     "CheckResult",
@@ -29,7 +24,6 @@ __all__ = [
     "available_providers",
     "make_verifier",
     "select_providers",
-    "verify_models",
 ]
 
 
@@ -45,16 +39,3 @@ def make_verifier(providers: Sequence[str] | None = None, seed: int = 0, progres
     """
     return RewriteVerifier(providers, seed, progress, max_ulp, exact)
 
-
-def verify_models(original: ModelSource, converted: ModelSource, *, options: ModelCheckOptions | None = None,
-                  providers: Sequence[str] | None = None, seed: int = 0, report: Report) -> ModelComparison:
-    """Run both whole models on the same inputs and compare every output; record it in ``report``.
-
-    See :func:`lowerer.verification.whole.verify_models`.
-
-    Raises:
-        VerificationError: an output differs, or the check could not run (unless allowed).
-    """
-    from lowerer.verification.whole import verify_models as run
-
-    return run(original, converted, options=options, providers=providers, seed=seed, report=report)

@@ -21,6 +21,7 @@ import onnx
 from lowerer import reference
 from lowerer.errors import VerificationError
 from lowerer.report import Rewrite
+from lowerer.scopes import node_graphs
 from lowerer.steps.expansion import EXPANSION_RULE
 from lowerer.verification.compare import (
     EXPANSION_ULPS,
@@ -173,14 +174,14 @@ class _Canon:
         for a in node.attribute:
             if a.type == onnx.AttributeProto.TENSOR:
                 a.t.name = ""
-            for g in (a.g,) if a.type == onnx.AttributeProto.GRAPH else tuple(a.graphs):
-                g.name = "body"
-                for v in (*g.input, *g.output, *g.value_info):
-                    v.name = self.rename(v.name)
-                for t in g.initializer:
-                    t.name = self.rename(t.name)
-                for n in g.node:
-                    self._rename_in_place(n)
+        for g in node_graphs(node):
+            g.name = "body"
+            for v in (*g.input, *g.output, *g.value_info):
+                v.name = self.rename(v.name)
+            for t in g.initializer:
+                t.name = self.rename(t.name)
+            for n in g.node:
+                self._rename_in_place(n)
 
     def _tensor(self, t: onnx.TensorProto) -> onnx.TensorProto:
         c = onnx.TensorProto()
@@ -374,42 +375,15 @@ class RewriteVerifier:
 
     # -- one distinct check ------------------------------------------------------------------------
     def _check(self, rewrite: Rewrite, canon: _Canon) -> CheckResult:
-        produced = {o for n in canon.replacement for o in n.output if o} | {t.name for t in canon.constants}
-        missing = [orig for c, orig in canon.outputs if c not in produced]
-        if missing:
-            return CheckResult("failed", "replacement does not produce every output", "structure",
-                               failure=f"the replacement does not produce output(s) {missing}")
-        known = {c for c, _ in canon.inputs} | {t.name for t in canon.constants} | {c for c, _, _ in canon.fixed} \
-            | {c for c, _, _ in canon.derived}
-        free: list[str] = []
-        for n in canon.replacement:
-            free += [i for i in n.input if i and i not in known]
-            known.update(o for o in n.output if o)
-        if free:
-            return CheckResult("unverified", "the replacement reads values the original node does not take")
-        if any(n.domain not in ("", "ai.onnx") for n in (canon.original, *canon.replacement)):
-            return CheckResult("unverified", "nodes outside the default domain are not verified")
-        specs = []
-        for c, orig in canon.inputs:
-            vt = rewrite.input_types.get(orig)
-            if vt is None:
-                return CheckResult("unverified", f"the type of input {orig!r} is unknown")
-            specs.append((c, int(vt[0]), None if vt[1] is None else list(vt[1])))
-        unknown = [s for s in specs if s[1] == 0]
-        if unknown and len(specs) > 1:
-            return CheckResult("unverified", f"the element type of input {unknown[0][0]!r} is unknown")
-        if unknown:
-            candidates = [t for t in _schema_types(rewrite.original, rewrite.from_opset) if t in _GENERATED]  # type: ignore[arg-type]
-            if not candidates:
-                return CheckResult("unverified", "the input's element type is unknown and the op's schema lists none "
-                                                 "lowerer can generate")
-            elem_sets = [[t] for t in candidates]
-        else:
-            bad = [s for s in specs if s[1] not in _GENERATED]
-            if bad:
-                name = onnx.TensorProto.DataType.Name(bad[0][1])
-                return CheckResult("unverified", f"inputs of element type {name} are not generated")
-            elem_sets = [[s[1] for s in specs]]
+        problem = _structure_problem(canon)
+        if problem is not None:
+            return problem
+        specs = _input_specs(rewrite, canon)
+        if isinstance(specs, CheckResult):
+            return specs
+        elem_sets = _element_sets(rewrite, specs)
+        if isinstance(elem_sets, CheckResult):
+            return elem_sets
         min_rank = min_rank_for(canon.original, rewrite.from_version)
         shape_lists = []
         for _, _, dims in specs:
@@ -420,22 +394,7 @@ class RewriteVerifier:
         n_sets = max(len(s) for s in shape_lists) if shape_lists else 1
         combos = [tuple(s[i % len(s)] for s in shape_lists) for i in range(n_sets)]
         outcomes = [self._check_types(rewrite, canon, specs, elems, combos) for elems in elem_sets]
-        failed = [o for o in outcomes if o.status == "failed"]
-        if failed:
-            return failed[0]
-        if len(outcomes) == 1:
-            return outcomes[0]
-        names = [onnx.TensorProto.DataType.Name(e[0]).lower() for e in elem_sets]
-        not_done = [f"{n}: {o.reason}" for n, o in zip(names, outcomes, strict=True) if o.status != "verified"]
-        details = {"element_type": "unknown; checked each type the schema allows",
-                   "by_type": {n: {"status": o.status, "provider": o.provider, **o.details}
-                               for n, o in zip(names, outcomes, strict=True)}}
-        providers = sorted({o.provider for o in outcomes if o.provider})
-        if not_done:
-            return CheckResult("unverified", "element type unknown; not verified for " + "; ".join(not_done),
-                               ", ".join(providers) or None, details)
-        return CheckResult("verified", f"element type unknown; verified for each of {', '.join(names)}",
-                           ", ".join(providers), details)
+        return _combined(elem_sets, outcomes)
 
     def _engine(self, model: onnx.ModelProto, opset: int, dtypes: list[np.dtype[Any]], side: str) -> Engine | str:
         deviating = sorted({n.op_type for n in model.graph.node} & set(_ORT_DEVIATES))
@@ -455,16 +414,15 @@ class RewriteVerifier:
             return ReferenceEngine(model, opset, fallback_reason=why)
         return f"{why}; and {ref_why}"
 
-    def _check_types(self, rewrite: Rewrite, canon: _Canon, specs: list[tuple[str, int, list[int | None] | None]],
-                     elems: list[int], combos: list[tuple[tuple[int, ...], ...]]) -> CheckResult:
-        in_specs = [(c, e, d) for (c, _, d), e in zip(specs, elems, strict=True)]
+    def _engines(self, rewrite: Rewrite, canon: _Canon, in_specs: list[_Spec],
+                 dtypes: list[np.dtype[Any]]) -> tuple[Engine, Engine] | CheckResult:
+        """The engines that run the original and the replacement, or why the check stops before running."""
         derived = [(c, onnx.TensorProto.INT64, [len(r)]) for c, _, r in canon.derived]
         outputs = [c for c, _ in canon.outputs]
         fixed = canon.fixed_tensors
         orig_model = small_model([canon.original], fixed, [*in_specs, *derived], outputs, rewrite.from_opset)
         repl_model = small_model(canon.replacement, [*fixed, *canon.constants], [*in_specs, *derived], outputs,
                                  rewrite.to_opset)
-        dtypes = [reference.np_dtype(e) for e in elems]
         orig = self._engine(orig_model, rewrite.from_opset, dtypes, "original")
         if isinstance(orig, str):
             return CheckResult("unverified", orig)
@@ -476,109 +434,228 @@ class RewriteVerifier:
         repl = self._engine(repl_model, rewrite.to_opset, dtypes, "replacement")
         if isinstance(repl, str):
             return CheckResult("unverified", repl)
-        provider = orig.label if orig.label == repl.label else f"{orig.label} (original), {repl.label} (replacement)"
-        tol: Tolerance | None = None  # set once a tolerance was needed
-        expansion = rewrite.rule == EXPANSION_RULE
-        budget = "exact" if self.exact else "expansion" if expansion else \
-            "kernel" if rewrite.op_type in ARITHMETIC_OPS else "exact"
-        arithmetic = budget != "exact" or (self.exact and (expansion or rewrite.op_type in ARITHMETIC_OPS))
-        worst_ulp = worst_abs = worst_scaled = 0.0
-        # Range edges overflow in an order-dependent way in arithmetic kernels (a sum of +-3.4e38
-        # terms is inf in one order, finite in another): recorded for them, not judged.
-        judged = JUDGED_KINDS - {"edges"} if arithmetic else JUDGED_KINDS
+        return orig, repl
+
+    def _check_types(self, rewrite: Rewrite, canon: _Canon, specs: list[_Spec],
+                     elems: list[int], combos: list[tuple[tuple[int, ...], ...]]) -> CheckResult:
+        in_specs = [(c, e, d) for (c, _, d), e in zip(specs, elems, strict=True)]
+        dtypes = [reference.np_dtype(e) for e in elems]
+        engines = self._engines(rewrite, canon, in_specs, dtypes)
+        if isinstance(engines, CheckResult):
+            return engines
+        trial = _Trial(rewrite, canon, *engines, elems, dtypes, self.exact, self.max_ulp)
         rng = np.random.default_rng([self.seed, zlib.crc32(repr(canon.key).encode())])
-        names = [c for c, _, _ in in_specs]
-        orig_names = dict(canon.inputs)
         kinds = [k for k in kinds_for(elems[0]) if all(k in kinds_for(e) for e in elems)] if elems else ['normal']
-        used_sets: list[str] = []
-        skipped: list[str] = []
-        nan_notes: list[str] = []
-        comparisons = 0
-        max_diff = 0.0
-        first_error: str | None = None
         for shapes in combos:
             empty = all(0 in s for s in shapes)
             for kind in kinds[:1] if empty else kinds:  # an empty input has no values to vary
-                iset = InputSet(kind, shapes)
-                desc = iset.describe([orig_names[n] for n in names], dtypes)
-                feeds = {n: generate(kind, e, s, rng) for n, e, s in zip(names, elems, shapes, strict=True)}
-                feeds.update(_derived_feeds(canon, dict(zip(names, shapes, strict=True))))
-                outside = _outside_spec(canon, feeds)
-                if outside:
-                    skipped.append(f"{desc}: {outside}")
-                    continue
-                try:
-                    expected = orig.run(feeds)
-                except Exception as e:
-                    first_error = first_error or f"{desc}: {_short(e)}"
-                    skipped.append(f"{desc}: the original does not run on it")
+                outcome = trial.run_set(kind, shapes, rng)
+                if isinstance(outcome, CheckResult):
+                    return outcome
+                if outcome == _STOP:
                     break  # the shape itself is unacceptable to the original
-                if isinstance(orig, OrtEngine):
-                    orig.resolve_placement()
-                try:
-                    actual = repl.run(feeds)
-                except Exception as e:
-                    if isinstance(e, reference.ReferenceEvalError) and orig.label != repl.label:
-                        # Engines differ: the reference may be stricter than onnxruntime here.
-                        skipped.append(f"{desc}: the reference cannot evaluate the replacement ({_short(e)}) "
-                                       f"although {orig.label} runs the original")
-                        continue
-                    return CheckResult("failed", "the replacement raised an error where the original ran", provider,
-                                       {"input_set": desc},
-                                       failure=f"input set {desc}: the original runs but the replacement raises: "
-                                               f"{_short(e)}")
-                if isinstance(repl, OrtEngine):
-                    repl.resolve_placement()
-                used_sets.append(desc)
-                for (_, orig_out), exp, act in zip(canon.outputs, expected, actual, strict=True):
-                    t = (expansion_budget(exp.dtype, _scale(exp), self.max_ulp) if budget == "expansion" else
-                         tolerance_for(exp.dtype, rewrite.op_type, _scale(exp)) if budget == "kernel" else None)
-                    if kind in judged:
-                        ulp, absolute, scaled = worst_difference(exp, act)
-                        worst_ulp, worst_abs = max(worst_ulp, ulp), max(worst_abs, absolute)
-                        worst_scaled = max(worst_scaled, scaled)
-                    diff, md = compare(exp, act, t)
-                    if t is not None and diff is None and kind in judged and compare(exp, act)[0] is not None:
-                        tol = t
-                    comparisons += 1
-                    if kind not in judged:
-                        if diff is not None:
-                            nan_notes.append(f"{desc}: output {orig_out!r} {diff.describe()} (recorded, not judged)")
-                        continue
-                    max_diff = max(max_diff, md)
-                    if diff is not None:
-                        return CheckResult(
-                            "failed", "outputs differ", provider,
-                            {"input_set": desc, "output": orig_out, "max_difference": md,
-                             "tolerance": "exact" if t is None else t.to_dict()},
-                            failure=f"input set {desc}: output {orig_out!r} {diff.describe()}")
-        if not used_sets:
-            return CheckResult("unverified", f"the original could not run on any generated input ({first_error})")
+        return trial.result()
+
+
+#: Generated inputs of one distinct check: (canonical name, element type, dims or None).
+_Spec = tuple[str, int, list[int | None] | None]
+#: What :meth:`_Trial.run_set` answers when the original refuses an input set's shapes.
+_STOP = "stop"
+
+
+def _structure_problem(canon: _Canon) -> CheckResult | None:
+    """Why the replacement cannot be checked (or is wrong) by its structure alone, or None."""
+    produced = {o for n in canon.replacement for o in n.output if o} | {t.name for t in canon.constants}
+    missing = [orig for c, orig in canon.outputs if c not in produced]
+    if missing:
+        return CheckResult("failed", "replacement does not produce every output", "structure",
+                           failure=f"the replacement does not produce output(s) {missing}")
+    known = {c for c, _ in canon.inputs} | {t.name for t in canon.constants} | {c for c, _, _ in canon.fixed} \
+        | {c for c, _, _ in canon.derived}
+    free: list[str] = []
+    for n in canon.replacement:
+        free += [i for i in n.input if i and i not in known]
+        known.update(o for o in n.output if o)
+    if free:
+        return CheckResult("unverified", "the replacement reads values the original node does not take")
+    if any(n.domain not in ("", "ai.onnx") for n in (canon.original, *canon.replacement)):
+        return CheckResult("unverified", "nodes outside the default domain are not verified")
+    return None
+
+
+def _input_specs(rewrite: Rewrite, canon: _Canon) -> list[_Spec] | CheckResult:
+    """The generated inputs' specs, or why the check cannot run (an input's type is unknown)."""
+    specs: list[_Spec] = []
+    for c, orig in canon.inputs:
+        vt = rewrite.input_types.get(orig)
+        if vt is None:
+            return CheckResult("unverified", f"the type of input {orig!r} is unknown")
+        specs.append((c, int(vt[0]), None if vt[1] is None else list(vt[1])))
+    return specs
+
+
+def _element_sets(rewrite: Rewrite, specs: list[_Spec]) -> list[list[int]] | CheckResult:
+    """The element types to check the inputs with (each type the schema allows when the one input's is unknown)."""
+    unknown = [s for s in specs if s[1] == 0]
+    if unknown and len(specs) > 1:
+        return CheckResult("unverified", f"the element type of input {unknown[0][0]!r} is unknown")
+    if unknown:
+        candidates = [t for t in _schema_types(rewrite.original, rewrite.from_opset) if t in _GENERATED]  # type: ignore[arg-type]
+        if not candidates:
+            return CheckResult("unverified", "the input's element type is unknown and the op's schema lists none "
+                                             "lowerer can generate")
+        return [[t] for t in candidates]
+    bad = [s for s in specs if s[1] not in _GENERATED]
+    if bad:
+        name = onnx.TensorProto.DataType.Name(bad[0][1])
+        return CheckResult("unverified", f"inputs of element type {name} are not generated")
+    return [[s[1] for s in specs]]
+
+
+def _combined(elem_sets: list[list[int]], outcomes: list[CheckResult]) -> CheckResult:
+    """One result from the checks with each element type: the first failure, else all verified or not."""
+    failed = [o for o in outcomes if o.status == "failed"]
+    if failed:
+        return failed[0]
+    if len(outcomes) == 1:
+        return outcomes[0]
+    names = [onnx.TensorProto.DataType.Name(e[0]).lower() for e in elem_sets]
+    not_done = [f"{n}: {o.reason}" for n, o in zip(names, outcomes, strict=True) if o.status != "verified"]
+    details = {"element_type": "unknown; checked each type the schema allows",
+               "by_type": {n: {"status": o.status, "provider": o.provider, **o.details}
+                           for n, o in zip(names, outcomes, strict=True)}}
+    providers = sorted({o.provider for o in outcomes if o.provider})
+    if not_done:
+        return CheckResult("unverified", "element type unknown; not verified for " + "; ".join(not_done),
+                           ", ".join(providers) or None, details)
+    return CheckResult("verified", f"element type unknown; verified for each of {', '.join(names)}",
+                       ", ".join(providers), details)
+
+
+class _Trial:
+    """One distinct check with one set of element types: the input sets run so far and what they showed."""
+
+    def __init__(self, rewrite: Rewrite, canon: _Canon, orig: Engine, repl: Engine, elems: list[int],
+                 dtypes: list[np.dtype[Any]], exact: bool, max_ulp: int | None) -> None:
+        self.rewrite, self.canon, self.orig, self.repl = rewrite, canon, orig, repl
+        self.elems, self.dtypes, self.max_ulp = elems, dtypes, max_ulp
+        self.provider = orig.label if orig.label == repl.label else \
+            f"{orig.label} (original), {repl.label} (replacement)"
+        expansion = rewrite.rule == EXPANSION_RULE
+        self.budget = "exact" if exact else "expansion" if expansion else \
+            "kernel" if rewrite.op_type in ARITHMETIC_OPS else "exact"
+        arithmetic = self.budget != "exact" or (exact and (expansion or rewrite.op_type in ARITHMETIC_OPS))
+        # Range edges overflow in an order-dependent way in arithmetic kernels (a sum of +-3.4e38
+        # terms is inf in one order, finite in another): recorded for them, not judged.
+        self.judged = JUDGED_KINDS - {"edges"} if arithmetic else JUDGED_KINDS
+        self.names = [c for c, _ in canon.inputs]
+        self.shown_names = [orig for _, orig in canon.inputs]  # the inputs' names in the model
+        self.tol: Tolerance | None = None  # set once a tolerance was needed
+        self.worst_ulp = self.worst_abs = self.worst_scaled = 0.0
+        self.used_sets: list[str] = []
+        self.skipped: list[str] = []
+        self.nan_notes: list[str] = []
+        self.comparisons = 0
+        self.max_diff = 0.0
+        self.first_error: str | None = None
+
+    def run_set(self, kind: str, shapes: tuple[tuple[int, ...], ...],
+                rng: np.random.Generator) -> CheckResult | str | None:
+        """Run both sides on one input set: a failure, :data:`_STOP` (the original refused it), or None."""
+        canon, orig, repl = self.canon, self.orig, self.repl
+        desc = InputSet(kind, shapes).describe(self.shown_names, self.dtypes)
+        feeds = {n: generate(kind, e, s, rng) for n, e, s in zip(self.names, self.elems, shapes, strict=True)}
+        feeds.update(_derived_feeds(canon, dict(zip(self.names, shapes, strict=True))))
+        outside = _outside_spec(canon, feeds)
+        if outside:
+            self.skipped.append(f"{desc}: {outside}")
+            return None
+        try:
+            expected = orig.run(feeds)
+        except Exception as e:
+            self.first_error = self.first_error or f"{desc}: {_short(e)}"
+            self.skipped.append(f"{desc}: the original does not run on it")
+            return _STOP
+        if isinstance(orig, OrtEngine):
+            orig.resolve_placement()
+        try:
+            actual = repl.run(feeds)
+        except Exception as e:
+            if isinstance(e, reference.ReferenceEvalError) and orig.label != repl.label:
+                # Engines differ: the reference may be stricter than onnxruntime here.
+                self.skipped.append(f"{desc}: the reference cannot evaluate the replacement ({_short(e)}) "
+                                    f"although {orig.label} runs the original")
+                return None
+            return CheckResult("failed", "the replacement raised an error where the original ran", self.provider,
+                               {"input_set": desc},
+                               failure=f"input set {desc}: the original runs but the replacement raises: {_short(e)}")
+        if isinstance(repl, OrtEngine):
+            repl.resolve_placement()
+        self.used_sets.append(desc)
+        for (_, orig_out), exp, act in zip(canon.outputs, expected, actual, strict=True):
+            failure = self._compare_output(kind, desc, orig_out, exp, act)
+            if failure is not None:
+                return failure
+        return None
+
+    def _compare_output(self, kind: str, desc: str, orig_out: str, exp: np.ndarray,
+                        act: np.ndarray) -> CheckResult | None:
+        """Compare one output on one input set; a failure, or None (statistics noted)."""
+        op = self.rewrite.op_type
+        t = (expansion_budget(exp.dtype, _scale(exp), self.max_ulp) if self.budget == "expansion" else
+             tolerance_for(exp.dtype, op, _scale(exp)) if self.budget == "kernel" else None)
+        judged = kind in self.judged
+        if judged:
+            ulp, absolute, scaled = worst_difference(exp, act)
+            self.worst_ulp, self.worst_abs = max(self.worst_ulp, ulp), max(self.worst_abs, absolute)
+            self.worst_scaled = max(self.worst_scaled, scaled)
+        diff, md = compare(exp, act, t)
+        if t is not None and diff is None and judged and compare(exp, act)[0] is not None:
+            self.tol = t
+        self.comparisons += 1
+        if not judged:
+            if diff is not None:
+                self.nan_notes.append(f"{desc}: output {orig_out!r} {diff.describe()} (recorded, not judged)")
+            return None
+        self.max_diff = max(self.max_diff, md)
+        if diff is None:
+            return None
+        return CheckResult("failed", "outputs differ", self.provider,
+                           {"input_set": desc, "output": orig_out, "max_difference": md,
+                            "tolerance": "exact" if t is None else t.to_dict()},
+                           failure=f"input set {desc}: output {orig_out!r} {diff.describe()}")
+
+    def result(self) -> CheckResult:
+        """The outcome once every input set ran without a failure."""
+        if not self.used_sets:
+            return CheckResult("unverified", f"the original could not run on any generated input ({self.first_error})")
+        tol, op = self.tol, self.rewrite.op_type
         details: dict[str, Any] = {
-            "engines": {"original": orig.label, "replacement": repl.label},
-            "element_types": [str(d) for d in dtypes],
-            "input_sets": used_sets,
-            "comparisons": comparisons,
-            "max_difference": max_diff,
-            "worst": {"ulp": worst_ulp, "abs": worst_abs, "ulp_of_scale": round(worst_scaled, 3)},
-            "budget": _budget_record(budget, dtypes, self.max_ulp, rewrite.op_type),
+            "engines": {"original": self.orig.label, "replacement": self.repl.label},
+            "element_types": [str(d) for d in self.dtypes],
+            "input_sets": self.used_sets,
+            "comparisons": self.comparisons,
+            "max_difference": self.max_diff,
+            "worst": {"ulp": self.worst_ulp, "abs": self.worst_abs, "ulp_of_scale": round(self.worst_scaled, 3)},
+            "budget": _budget_record(self.budget, self.dtypes, self.max_ulp, op),
             "tolerance": "exact" if tol is None else {
-                **tol.to_dict(), "why": f"{rewrite.op_type} computes its values; the kernels on the two sides "
+                **tol.to_dict(), "why": f"{op} computes its values; the kernels on the two sides "
                                         "(op versions, layouts or engines) may round differently"},
-            "nan": "; ".join(nan_notes) if nan_notes else ("equal" if any(s.startswith("nan") for s in used_sets)
-                                                           else "not generated"),
+            "nan": "; ".join(self.nan_notes) if self.nan_notes else (
+                "equal" if any(s.startswith("nan") for s in self.used_sets) else "not generated"),
         }
-        for side, engine in (("original", orig), ("replacement", repl)):
+        for side, engine in (("original", self.orig), ("replacement", self.repl)):
             fallback = getattr(engine, "fallback_reason", None)
             if fallback:
                 details[f"{side}_fallback"] = fallback
             if engine.placement:
                 details[f"{side}_placement"] = engine.placement
-        if skipped:
-            details["skipped"] = skipped
-        how = "exactly" if tol is None else (f"within {tol.ulps} ulp (worst {worst_scaled:.2g} ulp of the output's "
-                                             f"scale, {worst_abs:.3g} absolute)")
-        return CheckResult("verified", f"{len(used_sets)} input sets compared {how} on {provider}", provider, details)
+        if self.skipped:
+            details["skipped"] = self.skipped
+        how = "exactly" if tol is None else (f"within {tol.ulps} ulp (worst {self.worst_scaled:.2g} ulp of the "
+                                             f"output's scale, {self.worst_abs:.3g} absolute)")
+        return CheckResult("verified", f"{len(self.used_sets)} input sets compared {how} on {self.provider}",
+                           self.provider, details)
 
 
 #: Ops whose onnxruntime CPU kernels depart from the ONNX spec on some inputs; the original side of

@@ -35,6 +35,7 @@ import onnx
 
 from lowerer.errors import InputError
 from lowerer.reference import np_dtype
+from lowerer.scopes import node_graphs
 from lowerer.verification.inputs import generate
 
 __all__ = [
@@ -263,9 +264,8 @@ class _Walker:
                 for k, name in enumerate(node.input):
                     if name:
                         found.setdefault(name, []).append((node, k))
-                for attr in node.attribute:
-                    for g in ([attr.g] if attr.type == onnx.AttributeProto.GRAPH else list(attr.graphs)):
-                        add(g.node)  # bodies read outer values by name
+                for g in node_graphs(node):
+                    add(g.node)  # bodies read outer values by name
 
         add(nodes)
         return found

@@ -27,7 +27,15 @@ from lowerer.progress import ProgressCallback, notify
 from lowerer.report import Report
 from lowerer.verification.budget import available_memory, claimed_bytes, gib
 from lowerer.verification.compare import EXACT, OutputStats, Tolerance, statistics
-from lowerer.verification.feeds import FeedSet, generate_sets, load_sets, merge_specs, model_inputs, save_sets
+from lowerer.verification.feeds import (
+    FeedSet,
+    InputSpec,
+    generate_sets,
+    load_sets,
+    merge_specs,
+    model_inputs,
+    save_sets,
+)
 from lowerer.verification.providers import select_providers
 from lowerer.verification.runner import OrtEngine, SessionMaker, ort_can_exchange
 
@@ -143,17 +151,57 @@ def _compare(a: ModelSource, b: ModelSource, opts: ModelCheckOptions, providers:
              progress: ProgressCallback | None) -> ModelComparison:
     tol = opts.tolerance
     chosen = select_providers(providers)
-    names = (a.name, b.name)
+    merged = _common_inputs(a, b, tol)
+    if isinstance(merged, ModelComparison):
+        return merged
+    prepared = _input_sets(a, b, opts, merged, seed)
+    if isinstance(prepared, str):
+        return _not_run(tol, prepared)
+    sets, notes = prepared
+    maker = SessionMaker(chosen)
+    results_a, errors_a, engine_a = _run_all(maker, a, sets, lambda k: notify(progress, "model-check", k,
+                                                                              2 * len(sets), "runs", a.name))
+    if isinstance(engine_a, str):
+        return _not_run(tol, f"onnxruntime cannot run {a.name}: {engine_a}")
+    ran = [i for i, r in enumerate(results_a) if r is not None]
+    details: dict[str, Any] = {"seed": seed}
+    if notes:
+        details["inputs"] = notes
+    if errors_a:
+        details["not_run"] = [f"{sets[i].label}: {a.name} raised: {e}" for i, e in errors_a.items()]
+    if not ran:
+        first = next(iter(errors_a.items()))
+        return _not_run(tol, f"{a.name} did not run on any input set (first: {sets[first[0]].label}: {first[1]})",
+                        details)
+    kept = [sets[i] for i in ran]
+    results_b, errors_b, engine_b = _run_all(maker, b, kept, lambda k: notify(progress, "model-check", len(sets) + k,
+                                                                              len(sets) + len(kept), "runs", b.name))
+    if isinstance(engine_b, str):
+        return _not_run(tol, f"onnxruntime cannot run {b.name}: {engine_b}", details)
+    provider = engine_a.label
+    for side, eng in ((a, engine_a), (b, engine_b)):
+        if eng.placement:
+            details[f"placement ({side.name})"] = eng.placement
+    if errors_b:
+        k, error = next(iter(errors_b.items()))
+        return ModelComparison("different", f"input set {kept[k].label}: {a.name} runs but {b.name} raises: {error}",
+                               provider, tolerance=tol, input_sets=[s.label for s in kept], details=details)
+    return _verdict(a, b, kept, [results_a[i] for i in ran], results_b, tol, provider, details)
 
-    def not_run(reason: str, **details: Any) -> ModelComparison:
-        return ModelComparison("not-run", reason, tolerance=tol, details=details)
 
+def _not_run(tol: Tolerance, reason: str, details: dict[str, Any] | None = None) -> ModelComparison:
+    """A comparison that could not run, and why."""
+    return ModelComparison("not-run", reason, tolerance=tol, details=dict(details or {}))
+
+
+def _common_inputs(a: ModelSource, b: ModelSource, tol: Tolerance) -> list[InputSpec] | ModelComparison:
+    """The inputs both models take (merged), or the outcome when they cannot be run on the same ones."""
     specs_a, specs_b = model_inputs(a.model), model_inputs(b.model)
     for side, specs in ((a, specs_a), (b, specs_b)):
         if isinstance(specs, str):
-            return not_run(f"no inputs can be made for {side.name}: {specs}")
+            return _not_run(tol, f"no inputs can be made for {side.name}: {specs}")
     assert not isinstance(specs_a, str) and not isinstance(specs_b, str)
-    merged = merge_specs(specs_a, specs_b, names)
+    merged = merge_specs(specs_a, specs_b, (a.name, b.name))
     if isinstance(merged, str):
         return ModelComparison("incomparable", f"{a.name} and {b.name} take different inputs: {merged}",
                                tolerance=tol)
@@ -162,12 +210,18 @@ def _compare(a: ModelSource, b: ModelSource, opts: ModelCheckOptions, providers:
                                             f"{len(b.model.graph.output)}", tolerance=tol)
     why = ort_can_exchange([s.dtype for s in merged])
     if why:
-        return not_run(why)
+        return _not_run(tol, why)
+    return merged
+
+
+def _input_sets(a: ModelSource, b: ModelSource, opts: ModelCheckOptions, merged: list[InputSpec],
+                seed: int) -> tuple[list[FeedSet], list[str]] | str:
+    """The input sets (loaded or generated, saved when asked) and notes on them, or why the models cannot run."""
     claims: list[int] = []
     for side in (a, b):
         claimed = claimed_bytes(side.model, side.base_dir)
         if isinstance(claimed, str):
-            return not_run(f"{side.name} was not run: {claimed}")
+            return f"{side.name} was not run: {claimed}"
         claims.append(claimed)
     notes: list[str] = []
     if opts.load_inputs:
@@ -178,46 +232,25 @@ def _compare(a: ModelSource, b: ModelSource, opts: ModelCheckOptions, providers:
     need = max(claims) + sum(v.nbytes for s in sets for v in s.feeds.values())
     free = available_memory()
     if free is not None and need > free:
-        return not_run(f"the larger model's tensors claim {gib(max(claims))} (the sum of their lengths) and the "
-                       f"inputs {gib(need - max(claims))}, more than the {gib(free)} of memory available now")
+        return (f"the larger model's tensors claim {gib(max(claims))} (the sum of their lengths) and the "
+                f"inputs {gib(need - max(claims))}, more than the {gib(free)} of memory available now")
     if opts.save_inputs is not None:
         save_sets(opts.save_inputs, sets)
-    maker = SessionMaker(chosen)
-    results_a, errors_a, engine_a = _run_all(maker, a, sets, lambda k: notify(progress, "model-check", k,
-                                                                              2 * len(sets), "runs", a.name))
-    if isinstance(engine_a, str):
-        return not_run(f"onnxruntime cannot run {a.name}: {engine_a}")
-    ran = [i for i, r in enumerate(results_a) if r is not None]
-    details: dict[str, Any] = {"seed": seed}
-    if notes:
-        details["inputs"] = notes
-    if errors_a:
-        details["not_run"] = [f"{sets[i].label}: {a.name} raised: {e}" for i, e in errors_a.items()]
-    if not ran:
-        first = next(iter(errors_a.items()))
-        return not_run(f"{a.name} did not run on any input set (first: {sets[first[0]].label}: {first[1]})",
-                       **details)
-    kept = [sets[i] for i in ran]
-    results_b, errors_b, engine_b = _run_all(maker, b, kept, lambda k: notify(progress, "model-check", len(sets) + k,
-                                                                              len(sets) + len(kept), "runs", b.name))
-    if isinstance(engine_b, str):
-        return not_run(f"onnxruntime cannot run {b.name}: {engine_b}", **details)
-    provider = engine_a.label
-    for side, eng in ((a, engine_a), (b, engine_b)):
-        if eng.placement:
-            details[f"placement ({side.name})"] = eng.placement
-    if errors_b:
-        k, error = next(iter(errors_b.items()))
-        return ModelComparison("different", f"input set {kept[k].label}: {a.name} runs but {b.name} raises: {error}",
-                               provider, tolerance=tol, input_sets=[s.label for s in kept], details=details)
-    out_names = [o.name for o in a.model.graph.output]
+    return sets, notes
+
+
+def _verdict(a: ModelSource, b: ModelSource, kept: Sequence[FeedSet], results_a: Sequence[list[np.ndarray] | None],
+             results_b: Sequence[list[np.ndarray] | None], tol: Tolerance, provider: str,
+             details: dict[str, Any]) -> ModelComparison:
+    """Compare every output over the input sets both models ran on (``results_a[k]`` is on ``kept[k]``)."""
+    names = (a.name, b.name)
     b_names = [o.name for o in b.model.graph.output]
     stats: list[OutputStats] = []
-    for j, name in enumerate(out_names):
+    for j, name in enumerate(o.name for o in a.model.graph.output):
         label = name if name == b_names[j] else f"{name} / {b_names[j]}"
         merged_stats: OutputStats | None = None
         for k, feed_set in enumerate(kept):
-            ra, rb = results_a[ran[k]], results_b[k]
+            ra, rb = results_a[k], results_b[k]
             assert ra is not None and rb is not None
             one = statistics(ra[j], rb[j], tol, name=label, sides=names)
             one.worst_input_set = feed_set.label
