@@ -265,9 +265,7 @@ class _Run:
 
 
 def _rule_name(conversion: Conversion) -> str:
-    """The report's rule name: the first rule, decomposition, form or expansion, else the adapters, else
-    ``version-steps``.
-    """
+    """The report's rule name: the first rule, decomposition, form or expansion; else the adapters; else steps."""
     for c in conversion.crossings:
         if c.kind in ("rule", "decomposition", "form", "expansion"):
             return c.entry
