@@ -9,7 +9,7 @@ import onnx
 
 from lowerer.errors import ConversionError, InputError
 from lowerer.opsets import MAX_OPSET, MIN_OPSET, default_opset, is_default_domain, since_version
-from lowerer.scopes import Scope, iter_scopes, subgraphs_of
+from lowerer.scopes import iter_scopes, node_graphs
 
 __all__ = ["OWNED_OPS", "inspect_backend", "inspect_model", "owned_nodes", "reachable_opsets"]
 
@@ -20,9 +20,8 @@ OWNED_OPS = frozenset({"Hardmax", "Softmax", "LogSoftmax", "ArgMax", "ArgMin", "
 def owned_nodes(model: onnx.ModelProto) -> list[dict[str, Any]]:
     """Every owned node in every scope: scope, name, op, since-version and attributes."""
     found: list[dict[str, Any]] = []
-
-    def walk(scope: Scope) -> None:
-        for index, node in enumerate(scope.holder.node):
+    for root in iter_scopes(model):
+        for scope, _, node in root.walk():
             if is_default_domain(node.domain) and node.op_type in OWNED_OPS and scope.opset is not None:
                 found.append({
                     "scope": scope.path,
@@ -32,11 +31,6 @@ def owned_nodes(model: onnx.ModelProto) -> list[dict[str, Any]]:
                     "attributes": {a.name: onnx.helper.get_attribute_value(a) for a in node.attribute
                                    if a.type == onnx.AttributeProto.INT},
                 })
-            for attr_name, position, graph in subgraphs_of(node):
-                walk(scope.child(index, node, attr_name, position, graph))
-
-    for scope in iter_scopes(model):
-        walk(scope)
     return found
 
 
@@ -151,6 +145,6 @@ def _ops(nodes: list[onnx.NodeProto]) -> str:
     """The ops of ``nodes`` in order, an If's branches in brackets: ``Size + Equal + If[Identity | ArgMax + ...]``."""
     parts = []
     for n in nodes:
-        branches = [g for a in n.attribute for g in ([a.g] if a.type == onnx.AttributeProto.GRAPH else a.graphs)]
+        branches = list(node_graphs(n))
         parts.append(f"{n.op_type}[{' | '.join(_ops(list(g.node)) for g in branches)}]" if branches else n.op_type)
     return " + ".join(parts)

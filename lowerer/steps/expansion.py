@@ -30,6 +30,7 @@ import onnx
 import onnx.defs
 from onnx import helper
 
+from lowerer.scopes import node_graphs
 from lowerer.steps.emitter import Emitter
 
 __all__ = ["EXPANSION_RULE", "body_opsets", "expand", "expandable_ops", "has_body"]
@@ -118,12 +119,9 @@ def _resolve_references(nodes: Iterable[onnx.NodeProto], values: dict[str, onnx.
                 resolved.name = a.name
                 kept.append(resolved)
                 continue
-            if a.type == onnx.AttributeProto.GRAPH:
-                _resolve_references(a.g.node, values)
-            elif a.type == onnx.AttributeProto.GRAPHS:
-                for g in a.graphs:
-                    _resolve_references(g.node, values)
             kept.append(a)
+        for g in node_graphs(node):
+            _resolve_references(g.node, values)
         del node.attribute[:]
         node.attribute.extend(kept)
 
@@ -152,12 +150,8 @@ def _rename(nodes: list[onnx.NodeProto], mapping: dict[str, str], em: Emitter) -
             for i, name in enumerate(n.output):
                 n.output[i] = name_of(name)
             n.name = em.fresh(f"{em.node.name or em.node.op_type}/{n.op_type}")
-            for a in n.attribute:
-                if a.type == onnx.AttributeProto.GRAPH:
-                    graph(a.g)
-                elif a.type == onnx.AttributeProto.GRAPHS:
-                    for g in a.graphs:
-                        graph(g)
+            for g in node_graphs(n):
+                graph(g)
 
     walk(nodes)
 
@@ -199,10 +193,9 @@ def _literal_reshapes(nodes: list[onnx.NodeProto], opset: int) -> None:
 def _reads(node: onnx.NodeProto) -> set[str]:
     """The values ``node`` reads, its subgraphs' reads of outer values included."""
     found = set(node.input)
-    for a in node.attribute:
-        for g in ([a.g] if a.type == onnx.AttributeProto.GRAPH else list(a.graphs)):
-            for inner in g.node:
-                found |= _reads(inner)
+    for g in node_graphs(node):
+        for inner in g.node:
+            found |= _reads(inner)
     return found
 
 

@@ -176,7 +176,7 @@ class Registry:
         key = (entry.domain, entry.op, *entry.key)
         if key in self._steps:
             raise RuntimeError(f"two entries for {entry.op} {entry.key[0]} → {entry.key[1]}")
-        self._steps[key] = entry  # type: ignore[index]
+        self._steps[key] = entry
 
     def adapter(self, ops: str | tuple[str, ...], version: int | tuple[int, ...], *directions: str
                 ) -> Callable[[Adapter], Adapter]:
@@ -284,9 +284,9 @@ class Registry:
         if form is not None:
             return Resolution(self.form_entry(op, form), target if form != "expand" else None, why=PICKED)
         for name in request.decompose:
-            rule = self.decompositions[name]
-            if op in rule.op_types:
-                return Resolution(Entry("decomposition", op, name, rule.name, rule), target)
+            decomposition = self.decompositions[name]
+            if op in decomposition.op_types:
+                return Resolution(Entry("decomposition", op, name, decomposition.name, decomposition), target)
         if op in request.expand:
             return Resolution(expansion_entry(op), None, why="asked for")
         tv = since_version(op, target)
