@@ -141,7 +141,7 @@ def convert(
         for rewrite in result.report:
             print(rewrite.node, rewrite.op_type, rewrite.from_version, rewrite.to_opset)
     """
-    from lowerer.model_io import InputModel, check_external_data, load_input
+    from lowerer.model_io import HeldWeights, InputModel, check_external_data, load_input, working_copy
     from lowerer.options import check_flag, check_progress, decompose_names, provider_list, seed_value
     from lowerer.pipeline import run_pipeline
     from lowerer.structure import check_structure
@@ -175,32 +175,24 @@ def convert(
     # The bytes the working copy was parsed from: they spare the pipeline a name scan and let shape
     # inference start early without serializing (see run_pipeline).
     serialized: bytes | None = None
+    held = HeldWeights()  # a large in-memory model's weights, put back into the result (see working_copy)
     if isinstance(model, (str, os.PathLike, InputModel)):
         loaded = model if isinstance(model, InputModel) else load_input(model)
         source_dir = loaded.directory  # where external data is found, as onnx.load does
         proto, serialized = loaded.model, loaded.serialized  # converted in place: an InputModel is used up
         kind = "path"
     else:
+        whole = options is not None or optimize not in (False, None) or plan is not None
         if isinstance(model, onnx.ModelProto):
-            proto = onnx.ModelProto()
-            try:  # the copy, by way of the bytes (as fast as CopyFrom)
-                serialized = model.SerializeToString()
-                proto.ParseFromString(serialized)
-            except Exception:  # e.g. over 2 GiB: protobuf cannot serialize it
-                serialized = None
-                proto.CopyFrom(model)
+            proto, serialized, held = working_copy(model, whole=whole)
         else:
             ir_model = _ir_model_of(model)
             if ir_model is None:
                 raise InputError(f"cannot convert a {type(model).__name__}: give an onnx.ModelProto, an "
                                  "onnx_ir.Model (or an object holding one in .model, like torch.onnx.ONNXProgram) "
                                  "or a path")
-            proto = _from_ir(ir_model)
+            proto, serialized, held = working_copy(_from_ir(ir_model), whole=whole)
             kind = "ir"
-            try:  # the bytes spare walks over every tensor and name (see run_pipeline)
-                serialized = proto.SerializeToString()
-            except Exception:  # over 2 GiB
-                serialized = None
         if proto.ir_version <= 0 or not proto.HasField("graph"):
             raise InputError("the model is not an ONNX model (no IR version or no graph)")
         check_external_data(proto, None, source="the model", serialized=serialized)
@@ -275,6 +267,7 @@ def convert(
         from lowerer.backends.lowering import prove
 
         prove(proto, plan, report, source_dir)
+    proto = held.restore(proto)
     if kind == "ir":
         return ConvertResult(_to_ir(proto), report)
     return ConvertResult(proto, report)
