@@ -33,7 +33,8 @@ def test_split_sizes_whose_raw_data_disagrees_with_dims_are_refused_in_one_line(
     path = tmp_path / "m.onnx"
     path.write_bytes(model.SerializeToString())
     for given in (model, str(path)):
-        with pytest.raises(InputError, match=r"(?s)(node 'sizes'|Name: sizes).*raw_data|raw_data.*(node 'sizes'|Name: sizes)"):
+        named = r"(node 'sizes'|Name: sizes)"
+        with pytest.raises(InputError, match=rf"(?s){named}.*raw_data|raw_data.*{named}"):
             lowerer.convert(given, target_opset=12, verify=False)
 
 
@@ -57,7 +58,7 @@ def test_wrong_attribute_type_is_refused_naming_node_and_attribute() -> None:
     attr = model.graph.node[0].attribute[0]
     attr.ClearField("i")
     attr.f, attr.type = 1.0, onnx.AttributeProto.FLOAT
-    with pytest.raises(InputError, match="node 'hm' .*attribute 'axis' of type FLOAT; Hardmax takes INT"):
+    with pytest.raises(InputError, match=r"node 'hm' .*attribute 'axis' of type FLOAT; Hardmax takes INT"):
         lowerer.convert(model, target_opset=13, verify=False)
 
 
@@ -77,7 +78,7 @@ def test_held_weights_come_back_and_the_input_is_untouched(monkeypatch: pytest.M
     out = next(t for t in result.model.graph.initializer if t.name == "w")
     np.testing.assert_array_equal(numpy_helper.to_array(out), numpy_helper.to_array(weight))
     assert result.model.opset_import[0].version == 13
-    with pytest.raises(InputError, match="verify_model, optimize and for_backend"):
+    with pytest.raises(InputError, match=r"verify_model, optimize and for_backend"):
         monkeypatch.setattr("lowerer.model_io.PROTOBUF_LIMIT", 100)
         lowerer.convert(model, target_opset=13, verify=False, verify_model=True)
 
