@@ -18,6 +18,7 @@ from lowerer.report import Report
 if TYPE_CHECKING:
     import onnx_ir as ir
 
+    from lowerer.model_io import HeldWeights
     from lowerer.options import ConvertOptions
     from lowerer.passes import State
     from lowerer.verification.whole import ModelCheckOptions
@@ -157,6 +158,7 @@ def convert(
                 options.target_opset, ", ".join(sorted(options.decompose)) or "none")
     run_passes(state)
     _finish_report(state, source_ir)
+    state.model = state.held.restore(state.model)
     if kind == "ir":
         return ConvertResult(_to_ir(state.model), state.report)
     return ConvertResult(state.model, state.report)
@@ -171,6 +173,7 @@ def run(model: onnx.ModelProto | ir.Model | HasIrModel | str | os.PathLike[str],
     source_ir = state.model.ir_version
     run_passes(state)
     _finish_report(state, source_ir)
+    state.model = state.held.restore(state.model)
     if kind == "ir":
         return ConvertResult(_to_ir(state.model), state.report)
     return ConvertResult(state.model, state.report)
@@ -181,12 +184,13 @@ def _state(model: object, options: ConvertOptions) -> tuple[State, str]:
     from lowerer.backends.plan import BackendPlan
     from lowerer.passes import State
 
-    proto, serialized, source_dir, kind = _working_copy(model)
+    whole = options.verify_model is not None or options.optimize is not None or options.profile is not None
+    proto, serialized, source_dir, kind, held = _working_copy(model, whole)
     original = None
     if options.verify_model is not None or serialized is None:
         original = onnx.ModelProto()
         original.CopyFrom(proto)
-    state = State(proto, options, serialized=serialized, original=original, source_dir=source_dir)
+    state = State(proto, options, serialized=serialized, original=original, source_dir=source_dir, held=held)
     if options.profile is not None:
         state.plan = BackendPlan(options.profile, allow_fallback=options.allow_fallback)
     if options.verify:
@@ -194,41 +198,36 @@ def _state(model: object, options: ConvertOptions) -> tuple[State, str]:
     return state, kind
 
 
-def _working_copy(model: object) -> tuple[onnx.ModelProto, bytes | None, Path | None, str]:
-    """(the copy converted in place, the bytes it was parsed from or None, the source folder, the kind)."""
-    from lowerer.model_io import InputModel, check_external_data, load_input
+def _working_copy(model: object, whole: bool
+                  ) -> tuple[onnx.ModelProto, bytes | None, Path | None, str, HeldWeights]:
+    """(the copy converted in place, its bytes or None, the source folder, the kind, the weights held back).
+
+    ``whole``: a pass needs the whole model in memory (a large in-memory model is then refused when
+    it cannot be given whole; see :func:`lowerer.model_io.working_copy`).
+    """
+    from lowerer.model_io import HeldWeights, InputModel, check_external_data, load_input, working_copy
     from lowerer.structure import check_structure
 
     if isinstance(model, (str, os.PathLike, InputModel)):
         loaded = model if isinstance(model, InputModel) else load_input(model)
         # converted in place: an InputModel is used up; external data is found in its folder, as onnx.load does
-        return loaded.model, loaded.serialized, loaded.directory, "path"
+        return loaded.model, loaded.serialized, loaded.directory, "path", HeldWeights()
     kind = "proto"
     if isinstance(model, onnx.ModelProto):
-        proto = onnx.ModelProto()
-        try:  # the copy, by way of the bytes (as fast as CopyFrom); they spare the walk a name scan
-            serialized: bytes | None = model.SerializeToString()
-            proto.ParseFromString(serialized)
-        except Exception:  # e.g. over 2 GiB: protobuf cannot serialize it
-            serialized = None
-            proto.CopyFrom(model)
+        proto, serialized, held = working_copy(model, whole=whole)
     else:
         ir_model = _ir_model_of(model)
         if ir_model is None:
             raise InputError(f"cannot convert a {type(model).__name__}: give an onnx.ModelProto, an "
                              "onnx_ir.Model (or an object holding one in .model, like torch.onnx.ONNXProgram) "
                              "or a path")
-        proto = _from_ir(ir_model)
+        proto, serialized, held = working_copy(_from_ir(ir_model), whole=whole)
         kind = "ir"
-        try:  # the bytes spare walks over every tensor and name (see run_pipeline)
-            serialized = proto.SerializeToString()
-        except Exception:  # over 2 GiB
-            serialized = None
     if proto.ir_version <= 0 or not proto.HasField("graph"):
         raise InputError("the model is not an ONNX model (no IR version or no graph)")
     check_external_data(proto, None, source="the model", serialized=serialized)
     check_structure(proto, source="the model", serialized=serialized)
-    return proto, serialized, None, kind
+    return proto, serialized, None, kind, held
 
 
 def _verifier(options: ConvertOptions) -> Any:

@@ -14,9 +14,9 @@ from collections.abc import Callable
 
 import numpy as np
 import onnx
-from onnx import numpy_helper
 
 from lowerer.scopes import Scope
+from lowerer.tensor_data import read_array
 
 __all__ = ["MAX_FOLDED_ELEMENTS", "ConstantIndex", "ShapeEntry", "constant_node_value"]
 
@@ -39,7 +39,7 @@ def constant_node_value(node: onnx.NodeProto) -> np.ndarray | None:
         if a.name == "value":
             if a.t.data_location == onnx.TensorProto.EXTERNAL:
                 return None
-            return numpy_helper.to_array(a.t)
+            return read_array(a.t, f"node {node.name!r} (Constant) attribute 'value'")
         if a.name == "value_float":
             return np.array(a.f, dtype=np.float32)
         if a.name == "value_floats":
@@ -143,7 +143,7 @@ class ConstantIndex:
         if tensor is not None:
             if tensor.data_location == onnx.TensorProto.EXTERNAL:
                 return None
-            return numpy_helper.to_array(tensor)
+            return read_array(tensor, f"initializer {name!r}")
         node = table.nodes[name]
         if node.domain not in ("", "ai.onnx"):
             return None

@@ -46,6 +46,7 @@ __all__ = [
     "plan_outputs",
     "read_model",
     "save_model",
+    "working_copy",
     "write_outputs",
     "write_single_data_file",
 ]
@@ -154,6 +155,152 @@ def _read_regular_file(p: Path) -> bytes:
     if not data:
         raise InputError(f"{p}: the file is empty, not an ONNX model")
     return data
+
+
+# -- models in memory ------------------------------------------------------------------------------
+#: An in-memory model whose main-graph initializers hold more than this inline is converted without
+#: copying its large weights (see :func:`working_copy`).
+HEAVY_MODEL_BYTES = 512 << 20
+#: In such a model, inline initializers of at least this many bytes are held back.
+HELD_TENSOR_BYTES = 1 << 20
+#: The external-data location that marks a held-back weight in the working copy (never a real file).
+HELD_LOCATION = "lowerer-held-weight"
+
+
+@dataclass
+class HeldWeights:
+    """The caller's large inline weights, stood in for in a working copy by external-data placeholders.
+
+    Attributes:
+        tensors: each placeholder's location -> the caller's tensor (not copied, not modified).
+    """
+
+    tensors: dict[str, onnx.TensorProto] = field(default_factory=dict)
+
+    def restore(self, model: onnx.ModelProto) -> onnx.ModelProto:
+        """Put the held weights back in place of their placeholders in ``model`` (in place); returns it.
+
+        Placeholders a conversion renamed keep their new name; those it removed stay removed.
+        """
+        if not self.tensors:
+            return model
+        for tensor in iter_tensors(model):
+            if tensor.data_location != onnx.TensorProto.EXTERNAL:
+                continue
+            location = next((e.value for e in tensor.external_data if e.key == "location"), "")
+            held = self.tensors.get(location)
+            if held is not None:
+                name = tensor.name
+                tensor.CopyFrom(held)
+                tensor.name = name
+        return model
+
+
+def working_copy(model: onnx.ModelProto, *, whole: bool = False) -> tuple[onnx.ModelProto, bytes | None, HeldWeights]:
+    """The copy of an in-memory model that lowerer converts, its bytes, and the weights held back from it.
+
+    A model with up to :data:`HEAVY_MODEL_BYTES` of inline initializers is copied whole, by way of
+    its bytes. A larger one (unless ``whole``) is never serialized or copied whole: its inline
+    main-graph initializers of :data:`HELD_TENSOR_BYTES` or more are replaced in the copy by
+    external-data placeholders of the same name, type and dims (located at :data:`HELD_LOCATION`),
+    so that every check runs on a small model, as for a model with external data; the bytes
+    returned are the copy's. :meth:`HeldWeights.restore` puts the weights back at the end (the one
+    copy of them the result needs). Before any work, the memory that copy needs is compared with
+    what the system has available.
+
+    Args:
+        model: the caller's model (not modified).
+        whole: the whole model must be at hand (it is run in onnxruntime afterwards: ``verify_model``,
+            ``optimize``, a backend's placement proof); a model too large to serialize is then refused.
+
+    Raises:
+        InputError: a held weight's data disagrees with its type and dims, the model is too large for
+            what ``whole`` asks, or the system lacks the memory the conversion needs.
+    """
+    sizes = [_inline_bytes(t) for t in model.graph.initializer]
+    total = sum(sizes)
+    if total <= HEAVY_MODEL_BYTES or (whole and total <= PROTOBUF_LIMIT):
+        proto = onnx.ModelProto()
+        try:  # the copy, by way of the bytes (as fast as CopyFrom)
+            serialized: bytes | None = model.SerializeToString()
+            proto.ParseFromString(serialized)
+        except Exception:  # protobuf's EncodeError: over 2 GiB after all (nested tensors)
+            serialized = None
+            proto.CopyFrom(model)
+        return proto, serialized, HeldWeights()
+    gib = total / (1 << 30)
+    if whole:
+        raise InputError(f"the model holds {gib:.1f} GiB of weights inline; verify_model, optimize and for_backend "
+                         "run it in onnxruntime, which takes models up to 2 GiB from memory: save it with its weights "
+                         "in a data file (save_model(..., external_data='weights.bin')) and convert the file")
+    held_bytes = sum(size for size in sizes if size >= HELD_TENSOR_BYTES)
+    _check_memory(held_bytes, gib)
+    light, held = _light_copy(model)
+    return light, light.SerializeToString(), held
+
+
+def _inline_bytes(tensor: onnx.TensorProto) -> int:
+    """The bytes of a tensor's inline data, from its type and dims (0 for external data or unknown types)."""
+    if tensor.data_location == onnx.TensorProto.EXTERNAL:
+        return 0
+    if tensor.HasField("raw_data"):
+        return _nbytes(tensor) or 0
+    return max(len(tensor.float_data), len(tensor.int32_data), len(tensor.int64_data), len(tensor.double_data),
+               len(tensor.uint64_data)) * 8
+
+
+def _check_memory(needed: int, gib: float) -> None:
+    """Refuse, before any work, a conversion that needs more memory than the system has available."""
+    try:
+        with open("/proc/meminfo") as f:
+            available = next(int(line.split()[1]) << 10 for line in f if line.startswith("MemAvailable:"))
+    except (OSError, StopIteration, ValueError, IndexError):
+        return  # not Linux: nothing to measure with
+    needed += 256 << 20  # the working copy, its checks and the conversion itself
+    if needed > available:
+        raise InputError(f"the model holds {gib:.1f} GiB of weights in memory; converting it needs about "
+                         f"{needed / (1 << 30):.1f} GiB more memory, and {available / (1 << 30):.1f} GiB is "
+                         "available: free memory, or save the model with its weights in a data file "
+                         "(save_model(..., external_data='weights.bin')) and convert the file")
+
+
+def _copy_fields(source: object, target: object, skip: str) -> None:
+    """Copy every field of the message ``source`` into ``target`` except the field named ``skip``."""
+    for fd, value in source.ListFields():  # type: ignore[attr-defined]
+        if fd.name == skip:
+            continue
+        if fd.is_repeated:
+            getattr(target, fd.name).extend(value)
+        elif fd.message_type is not None:
+            getattr(target, fd.name).CopyFrom(value)
+        else:
+            setattr(target, fd.name, value)
+
+
+def _light_copy(model: onnx.ModelProto) -> tuple[onnx.ModelProto, HeldWeights]:
+    """``model`` with its large inline initializers replaced by placeholders; the weights held back."""
+    light = onnx.ModelProto()
+    _copy_fields(model, light, "graph")
+    _copy_fields(model.graph, light.graph, "initializer")
+    held = HeldWeights()
+    for tensor in model.graph.initializer:
+        size = _inline_bytes(tensor)
+        if size < HELD_TENSOR_BYTES or not tensor.HasField("raw_data"):
+            light.graph.initializer.add().CopyFrom(tensor)
+            continue
+        if len(tensor.raw_data) != size:
+            raise InputError(f"the model: initializer {tensor.name!r} of type {tensor.data_type} and dims "
+                             f"{list(tensor.dims)} has {len(tensor.raw_data)} bytes of raw_data, not {size}")
+        location = f"{HELD_LOCATION}/{len(held.tensors)}"
+        held.tensors[location] = tensor
+        stand_in = light.graph.initializer.add()
+        stand_in.name, stand_in.data_type = tensor.name, tensor.data_type
+        stand_in.data_location = onnx.TensorProto.EXTERNAL
+        stand_in.dims.extend(tensor.dims)
+        for key, value in (("location", location), ("length", str(size))):
+            entry = stand_in.external_data.add()
+            entry.key, entry.value = key, value
+    return light, held
 
 
 # -- external data --------------------------------------------------------------------------------

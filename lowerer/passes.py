@@ -30,6 +30,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 import onnx
 
 from lowerer.errors import VerificationError
+from lowerer.model_io import HeldWeights
 from lowerer.options import ConvertOptions
 from lowerer.report import Report, Rewrite
 
@@ -56,6 +57,7 @@ class State:
         verifier: verifies each rewrite (None with ``verify=False``).
         seen: every rewrite given to the verifier (the report of a failed verification).
         timings: seconds per pass.
+        held: a large in-memory model's weights, held back from the working copy and put back at the end.
     """
 
     model: onnx.ModelProto
@@ -68,6 +70,7 @@ class State:
     verifier: Any = None
     seen: list[Rewrite] = field(default_factory=list)
     timings: dict[str, float] = field(default_factory=dict)
+    held: HeldWeights = field(default_factory=HeldWeights)
 
     def recording(self) -> Callable[[Rewrite], None] | None:
         """The verifier, also keeping each rewrite it is given; None without verification."""

@@ -13,7 +13,9 @@ Every model lowerer converts goes through :func:`check_structure`:
    also refuses things lowerer converts on purpose, such as graph inputs without a shape or
    functions importing another opset than the model, and it would look for external data
    relative to the working directory, so it is not run on such a model);
-3. what the checker does not check: every output of a model-local function is computed.
+3. what the checker does not check: every output of a model-local function is computed, and
+   every tensor's data agrees with its type and dims (``raw_data`` length, typed-field counts:
+   see :func:`lowerer.tensor_data.tensor_problem`), in every graph and function.
 """
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ import onnx
 import onnx.defs
 
 from lowerer.errors import InputError
+from lowerer.tensor_data import iter_owned_tensors, tensor_problem
 
 __all__ = ["check_structure"]
 
@@ -50,14 +53,28 @@ def check_structure(model: onnx.ModelProto, *, source: str, serialized: bytes | 
         InputError: the first problem found.
     """
     _check_opset_imports(model.opset_import, source, "the model")
+    seen: set[tuple[str, str, str]] = set()
     for function in model.functions:
         _check_opset_imports(function.opset_import, source, f"function {function.domain}.{function.name}")
+        key = (function.domain, function.name, function.overload)
+        if key in seen:
+            raise InputError(f"{source}: function {function.domain}.{function.name} is defined twice; give each "
+                             "function once")
+        seen.add(key)
     if file and (path is not None or serialized is not None):
         _run_checker(str(path) if path is not None else serialized, source)  # type: ignore[arg-type]
     elif not _passes_checker(serialized):
         _Walk(model, source).run()
     for function in model.functions:
         _check_function_outputs(function, source)
+    _check_tensors(model, source)
+
+
+def _check_tensors(model: onnx.ModelProto, source: str) -> None:
+    for tensor, owner in iter_owned_tensors(model):
+        problem = tensor_problem(tensor)
+        if problem is not None:
+            raise InputError(f"{source}: {owner}: the tensor {problem}")
 
 
 def _passes_checker(serialized: bytes | None) -> bool:
@@ -133,6 +150,20 @@ def _arity(op_type: str, version: int, domain: str) -> tuple[int, int, tuple[int
     return schema.min_input, schema.max_input, required
 
 
+@functools.lru_cache(maxsize=1024)
+def _attribute_types(op_type: str, version: int, domain: str) -> dict[str, int]:
+    """Attribute name -> AttributeProto type in the schema (the schema is known: see :func:`_arity`)."""
+    schema = onnx.defs.get_schema(op_type, version, domain)
+    return {name: int(a.type.value) for name, a in schema.attributes.items()}  # type: ignore[attr-defined]
+
+
+def _attribute_type_name(kind: int) -> str:
+    try:
+        return str(onnx.AttributeProto.AttributeType.Name(kind))
+    except ValueError:
+        return str(kind)
+
+
 class _Walk:
     """lowerer's own check of definitions, single assignment and required inputs, where the checker cannot run."""
 
@@ -149,6 +180,11 @@ class _Walk:
                        f"function {function.domain}.{function.name}")
 
     def graph(self, graph: onnx.GraphProto, outer: frozenset[str], opsets: dict[str, int], where: str) -> None:
+        listed = (("input", [v.name for v in graph.input]), ("initializer", [t.name for t in graph.initializer]))
+        for what, names in listed:
+            if len(set(names)) != len(names):
+                twice = next(n for n in names if names.count(n) > 1)
+                raise InputError(f"{self.source}: {where} has two {what}s named {twice!r}; names must be unique")
         defined = {v.name for v in graph.input}
         defined.update(t.name for t in graph.initializer)
         defined.update(s.values.name for s in graph.sparse_initializer)
@@ -178,6 +214,7 @@ class _Walk:
                 n = len(inputs)
                 if n < low or n > high or any(i < n and not inputs[i] for i in required):
                     self.refuse_arity(node, arity, opsets, where)
+                self.check_attributes(node, opsets, where)
             if op_type in _GRAPH_OPS or domain not in _DEFAULT:
                 for attr in node.attribute:
                     graphs = [attr.g] if attr.HasField("g") else []
@@ -191,6 +228,17 @@ class _Walk:
                     raise InputError(f"{self.source}: {_label(node)} ({op_type}, in {where}) writes {name!r}, which "
                                      "is already defined there; a value may be written once only")
                 defined.add(name)
+
+    def check_attributes(self, node: onnx.NodeProto, opsets: dict[str, int], where: str) -> None:
+        """Refuse an attribute whose type is not the one the node's schema gives it."""
+        domain = "" if node.domain in _DEFAULT else node.domain
+        types = _attribute_types(node.op_type, opsets[domain], domain)
+        for attr in node.attribute:
+            expected = types.get(attr.name)
+            if expected is not None and not attr.ref_attr_name and attr.type != expected:
+                raise InputError(f"{self.source}: {_label(node)} ({node.op_type}, in {where}) has attribute "
+                                 f"{attr.name!r} of type {_attribute_type_name(attr.type)}; {node.op_type} takes "
+                                 f"{_attribute_type_name(expected)}")
 
     def refuse_arity(self, node: onnx.NodeProto, arity: tuple[int, int, tuple[int, ...]], opsets: dict[str, int],
                      where: str) -> None:
