@@ -100,3 +100,19 @@ def test_a_model_over_2_gb_in_memory_converts_within_its_memory_budget() -> None
     assert figures["weight_kept"] == 1.0 and figures["opset"] == 13
     # The result needs its own copy of the weight (the input is not modified): 1x; nothing else copies it.
     assert figures["growth_over_size"] <= 1.5, figures
+
+
+def test_split_with_empty_sizes_constant_is_refused_not_a_bare_error() -> None:
+    """Found by the malformed-model fuzzer: an empty sizes constant going to Split-11 (an attribute)."""
+    import numpy as np
+    from onnx import TensorProto, helper, numpy_helper
+
+    import lowerer
+
+    node = helper.make_node("Split", ["x", "s"], ["y"], axis=0)
+    graph = helper.make_graph([node], "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [0])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
+                              [numpy_helper.from_array(np.array([], dtype=np.int64), "s")])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
+    with pytest.raises(lowerer.ConversionError, match="empty constant"):
+        lowerer.convert(model, target_opset=12, verify=False)

@@ -511,6 +511,11 @@ def _inputs_to_attributes(em: Emitter, node: onnx.NodeProto, step: Step, moved: 
         attr_type = onnx.defs.OpSchema.AttrType
         kind = old.attributes[change.attr].type if change.attr in old.attributes else None
         flat = value.reshape(-1)
+        if flat.size == 0:
+            em.refuse(f"input {change.input} ({name!r}) is an empty constant, and an empty {change.attr!r} "
+                      f"attribute of {_label(step, True)} would read as absent, which may mean something else; "
+                      "give the node non-empty values or keep an opset >= "
+                      f"{step.version}")
         if kind == attr_type.INTS:
             set_attribute(node, change.attr, [int(v) for v in flat])
         elif kind == attr_type.INT:
