@@ -312,7 +312,8 @@ class StepEngine:
             if entry.kind == "adapter":
                 entry.handler(em, step, direction)
             elif entry.kind == "refusal":
-                em.refuse(f"the step {step.describe()} has no exact crossing: {entry.why}")
+                em.refuse(f"{op} changed meaning at version {step.version}, and this step has no exact crossing "
+                          f"{direction}: {entry.why}")
             else:
                 generic.cross(em, step, direction)
         except ConversionError as refused:
