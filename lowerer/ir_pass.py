@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
+from typing import Any
 
 import onnx_ir as ir
 
@@ -18,8 +19,10 @@ class LowerPass(ir.passes.InPlacePass):
     verification unless ``verify=False``) and its graph, functions and opset imports replaced
     by the converted ones. As with onnxscript's version converter, the main graph's nodes (and
     those of its subgraphs) in the default domain carry ``version`` = ``target_opset``. The last
-    report is kept in :attr:`report`. Errors are :class:`lowerer.LowererError` (onnx_ir's own
-    errors included); inside ``ir.passes.Sequential`` onnx_ir wraps them in its ``PassError``.
+    report is kept in :attr:`report`. Every keyword :func:`lowerer.convert` takes is accepted
+    (``for_backend``, ``max_ulp``, ``verify_model`` ...), checked when the pass is made. Errors are
+    :class:`lowerer.LowererError` (onnx_ir's own errors included); inside ``ir.passes.Sequential``
+    onnx_ir wraps them in its ``PassError``.
 
     Example::
 
@@ -28,26 +31,27 @@ class LowerPass(ir.passes.InPlacePass):
     """
 
     def __init__(self, target_opset: int | None = None, *, decompose: Iterable[str] = (),
-                 verify: bool = True, providers: Sequence[str] | None = None, seed: int = 0) -> None:
+                 verify: bool = True, providers: Sequence[str] | None = None, seed: int = 0, **options: Any) -> None:
+        from lowerer.options import ConvertOptions
+
         super().__init__()
+        #: Every option, checked once here (the same object :func:`lowerer.convert` builds).
+        self.options = ConvertOptions.create(target_opset=target_opset, decompose=decompose, verify=verify,
+                                             providers=providers, seed=seed, **options)
         self.target_opset = target_opset
-        self.decompose = tuple(decompose)
-        self.verify = verify
-        self.providers = None if providers is None else tuple(providers)
-        self.seed = seed
         self.report: Report | None = None
 
     def __repr__(self) -> str:
-        return (f"LowerPass(target_opset={self.target_opset!r}, decompose={self.decompose!r}, verify={self.verify!r}, "
-                f"providers={self.providers!r}, seed={self.seed!r})")
+        o = self.options
+        return (f"LowerPass(target_opset={o.target_opset!r}, decompose={tuple(sorted(o.decompose))!r}, "
+                f"verify={o.verify!r}, providers={o.providers!r}, seed={o.seed!r})")
 
     def call(self, model: ir.Model) -> ir.passes.PassResult:
         """Run the conversion; ``modified`` is True when any node was rewritten or the opset changed."""
-        from lowerer.api import convert
+        from lowerer.api import run
 
         before = model.opset_imports.get("", None)
-        result = convert(model, target_opset=self.target_opset, decompose=self.decompose, verify=self.verify,
-                         providers=self.providers, seed=self.seed)
+        result = run(model, self.options)
         converted: ir.Model = result.model
         self.report = result.report
         opsets = dict(converted.opset_imports)  # Model.opset_imports may be the graph's own dict

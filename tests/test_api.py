@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import numpy as np
 import onnx
 import onnx_ir as ir
@@ -212,3 +214,20 @@ def test_an_optimizer_that_changes_the_outputs_is_caught(monkeypatch: pytest.Mon
             as info:
         lowerer.convert(_hardmax_model(), target_opset=13, verify=False, optimize=True)
     assert "rounding" not in str(info.value)  # no advice to accept a difference this large
+
+
+def test_lower_pass_takes_every_convert_option_checked_once() -> None:
+    import onnx_ir as ir
+
+    from lowerer import LowerPass
+    from lowerer.errors import InputError
+
+    with pytest.raises(InputError, match="max_ulp"):
+        LowerPass(target_opset=13, max_ulp=-1)  # checked when the pass is made, before any model
+    p = LowerPass(target_opset=13, for_backend="cuda", max_ulp=4, verify_model=True)
+    assert p.options.profile is not None and p.options.max_ulp == 4 and p.options.verify_model is not None
+    example = Path(__file__).resolve().parent.parent / "examples" / "example_opset11.onnx"
+    model = ir.serde.deserialize_model(onnx.load(example))
+    result = ir.passes.PassManager([p])(model)
+    assert result.model.opset_imports[""] == 13
+    assert p.report is not None and p.report.backend is not None and p.report.model_check is not None
