@@ -144,24 +144,13 @@ def convert(
             print(rewrite.node, rewrite.op_type, rewrite.from_version, rewrite.to_opset)
     """
     from lowerer.options import ConvertOptions
-    from lowerer.passes import run_passes
 
     # The options first: a bad one is refused before the model is read.
     options = ConvertOptions.create(target_opset=target_opset, decompose=decompose, verify=verify,
                                     providers=providers, seed=seed, verify_model=verify_model, optimize=optimize,
                                     progress=progress, max_ulp=max_ulp, exact=exact, for_backend=for_backend,
                                     allow_fallback=allow_fallback)
-    state, kind = _state(model, options)
-    source_ir = state.model.ir_version
-    logger.info("converting: IR version %d, %d graph nodes, %d functions; target opset %s, decompose %s",
-                state.model.ir_version, len(state.model.graph.node), len(state.model.functions),
-                options.target_opset, ", ".join(sorted(options.decompose)) or "none")
-    run_passes(state)
-    _finish_report(state, source_ir)
-    state.model = state.held.restore(state.model)
-    if kind == "ir":
-        return ConvertResult(_to_ir(state.model), state.report)
-    return ConvertResult(state.model, state.report)
+    return run(model, options)
 
 
 def run(model: onnx.ModelProto | ir.Model | HasIrModel | str | os.PathLike[str], options: ConvertOptions
@@ -171,6 +160,9 @@ def run(model: onnx.ModelProto | ir.Model | HasIrModel | str | os.PathLike[str],
 
     state, kind = _state(model, options)
     source_ir = state.model.ir_version
+    logger.info("converting: IR version %d, %d graph nodes, %d functions; target opset %s, decompose %s",
+                state.model.ir_version, len(state.model.graph.node), len(state.model.functions),
+                options.target_opset, ", ".join(sorted(options.decompose)) or "none")
     run_passes(state)
     _finish_report(state, source_ir)
     state.model = state.held.restore(state.model)

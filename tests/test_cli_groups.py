@@ -18,6 +18,7 @@ from lowerer.cli.groups import (
     split_list,
 )
 from lowerer.errors import InputError
+from lowerer.options import ConvertOptions
 
 GROUPS = (ConversionArgs, ModelCheckArgs, OutputArgs, VerbosityArgs, VerificationArgs)
 
@@ -65,15 +66,16 @@ def _conversion(**given: Any) -> dict[str, Any]:
 def test_conversion_args_parse_into_api_arguments() -> None:
     values = {**_conversion(target_opset=13, decompose="hardmax"), "other": 1}
     api = ConversionArgs.parse(values)
-    assert api == {"target_opset": 13, "decompose": frozenset({"hardmax"}), "for_backend": None,
-                   "allow_fallback": False}
+    assert api == {"target_opset": 13, "decompose": "hardmax", "for_backend": None, "allow_fallback": False}
     assert values == {"other": 1}  # the group's values are taken out
     with pytest.raises(click.UsageError, match="nothing to do"):
         ConversionArgs.parse(_conversion(decompose=","))
     with pytest.raises(click.UsageError, match="--allow-fallback goes with --for"):
         ConversionArgs.parse(_conversion(target_opset=13, allow_fallback=True))
+    # values are checked once, by ConvertOptions.create (the command calls it before reading the model)
+    assert ConversionArgs.parse(_conversion(target_opset=10_000))["target_opset"] == 10_000
     with pytest.raises(InputError, match="out of range"):
-        ConversionArgs.parse(_conversion(target_opset=10_000))
+        ConvertOptions.create(**ConversionArgs.parse(_conversion(target_opset=10_000)))
 
 
 def _checks(**given: Any) -> dict[str, Any]:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -26,6 +27,7 @@ from lowerer.progress import Progress
 
 if TYPE_CHECKING:
     from lowerer.model_io import InputModel, OutputPlan
+    from lowerer.options import ConvertOptions
     from lowerer.report import Report
 
 __all__ = ["convert"]
@@ -50,11 +52,13 @@ def convert(input_path: Path, **values: Any) -> None:
     verification (exit 1); an existing OUT.onnx is then left untouched.
     """
     from lowerer.model_io import load_input, plan_outputs
+    from lowerer.options import ConvertOptions
 
     # Options, then the input, then every output path: all checked before any work.
     api = ConversionArgs.parse(values)
     model_check, options = ModelCheckArgs.parse_for_convert(values, exact=values["exact"])
     api |= model_check | VerificationArgs.parse(values)
+    checked = ConvertOptions.create(**api)  # every option checked, once, before the model is read
     output_path, report_path, external_data = (values[k] for k in ("output_path", "report_path", "external_data"))
     source = load_input(input_path)
     plan = plan_outputs(output_path, locations=list(source.data_files), source_dir=source.directory,
@@ -62,7 +66,7 @@ def convert(input_path: Path, **values: Any) -> None:
     if options is not None and options.save_inputs is not None:
         _check_save_inputs(options.save_inputs, [input_path, *options.load_inputs],
                            [p for p in (output_path, report_path) if p is not None])
-    report = _convert_and_write(source, plan, api)
+    report = _convert_and_write(source, plan, checked)
     level = verbosity()
     print_convert_summary(report, level)
     if level >= 0 and report.backend is not None:
@@ -73,14 +77,14 @@ def convert(input_path: Path, **values: Any) -> None:
         click.echo(f"wrote {one_line(str(output_path))}", err=True)
 
 
-def _convert_and_write(source: InputModel, plan: OutputPlan, api: dict[str, Any]) -> Report:
-    """Convert with :func:`lowerer.api.convert` (progress on a terminal), then write the model and report.
+def _convert_and_write(source: InputModel, plan: OutputPlan, options: ConvertOptions) -> Report:
+    """Convert with :func:`lowerer.api.run` (progress on a terminal), then write the model and report.
 
     A failed verification writes its report (the failing record, for the user to read) and says where.
     """
     import onnx
 
-    from lowerer.api import convert as convert_model
+    from lowerer.api import run
     from lowerer.errors import VerificationError
     from lowerer.model_io import write_outputs
 
@@ -88,7 +92,7 @@ def _convert_and_write(source: InputModel, plan: OutputPlan, api: dict[str, Any]
     command = ["lowerer", *sys.argv[1:]]
     try:
         try:
-            result = convert_model(source, **api, progress=progress if progress.enabled else None)
+            result = run(source, dataclasses.replace(options, progress=progress if progress.enabled else None))
         except VerificationError as e:
             if plan.report is not None and e.report is not None:
                 write_outputs(plan, None, e.report.to_json(command=command))

@@ -120,34 +120,21 @@ class ConversionArgs(ArgGroup):
 
     @classmethod
     def parse(cls, values: dict[str, Any]) -> dict[str, Any]:
-        """The API's ``target_opset``, ``decompose`` (names), ``for_backend`` and ``allow_fallback``.
+        """The API's ``target_opset``, ``decompose``, ``for_backend`` and ``allow_fallback``, as given.
 
-        They are checked here, before the model is read (the API checks them again, after the CLI has
-        read the input and checked the output paths): a bad option is the error reported first.
+        Their values are checked once, by :meth:`lowerer.options.ConvertOptions.create`, which the command
+        calls before it reads the model; here only what is a matter of the command line.
 
         Raises:
-            InputError: an opset onnx does not know, an unknown decomposition or backend.
             click.UsageError: ``--allow-fallback`` without ``--for``, or nothing to do.
         """
-        from lowerer.options import decompose_names
-
         given = cls.take(values)
-        target_opset, for_backend, allow_fallback = given["target_opset"], given["for_backend"], given["allow_fallback"]
-        if target_opset is not None:
-            from lowerer.opsets import check_target_opset
-
-            check_target_opset(target_opset)
-        names = decompose_names(given["decompose"])
-        if allow_fallback and for_backend is None:
+        if given["allow_fallback"] and given["for_backend"] is None:
             raise click.UsageError("--allow-fallback goes with --for BACKEND")
-        if target_opset is None and not names and for_backend is None:
+        if given["target_opset"] is None and not (given["decompose"] or "").strip(", ") and \
+                given["for_backend"] is None:
             raise click.UsageError("nothing to do: give --target-opset, --decompose and/or --for")
-        if for_backend is not None:
-            from lowerer.backends.lowering import make_plan
-
-            make_plan(for_backend, allow_fallback)  # an unknown backend is refused before the model is read
-        return {"target_opset": target_opset, "decompose": names, "for_backend": for_backend,
-                "allow_fallback": allow_fallback}
+        return {k: given[k] for k in ("target_opset", "decompose", "for_backend", "allow_fallback")}
 
 
 class VerificationArgs(ArgGroup):
@@ -178,11 +165,9 @@ class VerificationArgs(ArgGroup):
         Raises:
             InputError: a provider this onnxruntime does not offer.
         """
-        from lowerer.options import provider_list
-
         given = cls.take(values)
         return {"verify": given["verify"], "exact": given["exact"], "seed": given["seed"],
-                "providers": provider_list(split_list(given["providers"]))}
+                "providers": split_list(given["providers"])}
 
 
 class ModelCheckArgs(ArgGroup):
