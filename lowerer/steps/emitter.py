@@ -11,6 +11,7 @@ import onnx
 from onnx import helper, numpy_helper
 
 from lowerer.errors import ConversionError
+from lowerer.naming import node_label
 from lowerer.opsets import since_version
 
 if TYPE_CHECKING:
@@ -128,9 +129,8 @@ class Emitter:
     def refuse(self, reason: str) -> NoReturn:
         """Raise :class:`ConversionError` naming the node, its op and the versions."""
         n = self.node
-        label = n.name or f"<unnamed {n.op_type}>"
         raise ConversionError(
-            f"node {label!r} ({n.op_type}-{self.shown_version}, in {self.scope.path}) "
+            f"node {node_label(n)} ({n.op_type}-{self.shown_version}, in {self.scope.path}) "
             f"cannot be converted to opset {self.target}: {reason}",
             node=n, scope=self.scope.path,
         )
