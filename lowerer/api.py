@@ -237,14 +237,9 @@ def convert(
                           notes=["verification failed: the conversion stopped at the last rewrite listed"])
         raise
     if target_opset is not None or report.decompose or plan is not None:
-        from lowerer.validation import check_loads, check_output
+        from lowerer.validation import validate_output
 
-        check_output(proto, serialized if serialized is not None else original, target_opset,
-                     input_strict=report.strictly_checked)
-        if len(proto.graph.node) <= ORT_LOAD_CHECK_MAX_NODES and not _has_external_data(proto):
-            why = check_loads(proto)
-            if why is not None:
-                _refuse_unloadable(proto, why, serialized if serialized is not None else original, report)
+        validate_output(proto, serialized if serialized is not None else original, report, target_opset)
     del serialized
     report.source_ir_version, report.ir_version = source_ir, proto.ir_version
     if verifier is not None:
@@ -278,33 +273,6 @@ def convert(
     if kind == "ir":
         return ConvertResult(_to_ir(proto), report)
     return ConvertResult(proto, report)
-
-
-#: Converted models up to this many main-graph nodes are opened in onnxruntime before they are returned;
-#: larger ones are left to ``verify_model`` (opening costs ~60 us per node: 3 s at 50k nodes).
-ORT_LOAD_CHECK_MAX_NODES = 20_000
-
-
-def _has_external_data(model: onnx.ModelProto) -> bool:
-    from lowerer.model_io import external_data_locations
-
-    return bool(external_data_locations(model))
-
-
-def _refuse_unloadable(converted: onnx.ModelProto, why: str, source: onnx.ModelProto | bytes | None,
-                       report: Report) -> None:
-    """Refuse a converted model onnxruntime will not open, unless it will not open the input either."""
-    from lowerer.errors import ConversionError
-    from lowerer.validation import as_model, check_loads, ort_supports
-
-    if source is not None:
-        original = as_model(source)
-        if not ort_supports(original) or check_loads(original) is not None:
-            # Nothing to compare with: onnxruntime does not open the input either (or not its opset).
-            report.notes.append(f"onnxruntime does not open the converted model ({why}), nor the input")
-            return
-    raise ConversionError(f"onnxruntime does not open the converted model ({why}), though it opens the input; "
-                          "the conversion is refused (a gap in lowerer, please report it)")
 
 
 def _recording(verifier: Callable[[Rewrite], None], seen: list[Rewrite]) -> Callable[[Rewrite], None]:

@@ -24,17 +24,26 @@ from __future__ import annotations
 
 import functools
 import logging
+import re
+from typing import TYPE_CHECKING
 
 import onnx
 
 from lowerer.errors import ConversionError, InputError
-from lowerer.report import Rewrite
+from lowerer.report import Report, Rewrite
+
+if TYPE_CHECKING:
+    from lowerer.shapes import ValueType
 
 __all__ = ["MIN_ORT_OPSET", "NodeGate", "RewriteChecker", "as_model", "check_loads", "check_output", "max_ort_opset",
            "ort_supports"]
 
 #: onnxruntime supports default-domain opsets from 7 on (older models may still run, unchecked).
 MIN_ORT_OPSET = 7
+#: Where :class:`RewriteChecker` keeps, on the first rewrite of each pattern, its (original, replacement) models.
+CHECKED_MODELS = "_checked_models"
+#: How onnxruntime says it has no kernel for an op at a version.
+_NO_KERNEL = re.compile(r"Could not find an implementation for (\w+)\((\d+)\)")
 
 logger = logging.getLogger(__name__)
 
@@ -135,15 +144,19 @@ class RewriteChecker:
         fixed = canon.fixed_tensors
         original = small_model([canon.original], fixed, specs, outputs, rewrite.from_opset)
         replacement = small_model(canon.replacement, [*fixed, *canon.constants], specs, outputs, rewrite.to_opset)
-        if _problem(original) is not None:
+        before = _inferred(original)
+        if isinstance(before, str) or any(t is None for t in before):
             self.complete = False  # the original does not infer strictly on its own: nothing to hold it to
             return
-        why = _problem(replacement)
+        inferred = _inferred(replacement)
+        why = inferred if isinstance(inferred, str) else _type_mismatch(before, inferred, outputs)
         if why is not None:
             raise ConversionError(
                 f"node {rewrite.node!r} ({rewrite.op_type}-{rewrite.from_version}, in {rewrite.scope}) cannot be "
                 f"converted to opset {rewrite.to_opset}: its replacement ({' + '.join(rewrite.emitted)}) fails "
                 f"onnx's strict inference ({why}); this is a gap in lowerer, please report it")
+        # Kept for the onnxruntime check of the output (validate_output), one pair per pattern.
+        rewrite.__dict__[CHECKED_MODELS] = (original, replacement)
 
 
 def _pattern(rewrite: Rewrite) -> tuple[object, ...]:
@@ -181,14 +194,40 @@ def _type_key(vt: tuple[int, list[int | str | None] | None] | None) -> object:
     return elem, None if dims is None else tuple(dims)
 
 
-def _problem(model: onnx.ModelProto) -> str | None:
-    """Why ``model`` fails its nodes' schema checks or strict inference (None when it passes)."""
-    from lowerer.verification.check import _validate
+def _inferred(model: onnx.ModelProto) -> list[ValueType | None] | str:
+    """The output types strict inference gives ``model`` (after its nodes' schema checks), or why it fails."""
+    from lowerer.shapes import value_type
 
+    ctx = onnx.checker.C.CheckerContext()
+    ctx.ir_version = model.ir_version
+    ctx.opset_imports = {o.domain: o.version for o in model.opset_import}
     try:
-        _validate(model)
+        for node in model.graph.node:
+            if not any(a.type in (onnx.AttributeProto.GRAPH, onnx.AttributeProto.GRAPHS) for a in node.attribute):
+                onnx.checker.check_node(node, ctx)  # a subgraph is left to inference (it reads outer values)
+        inferred = onnx.shape_inference.infer_shapes(model, check_type=True, strict_mode=True)
     except Exception as e:
         return " ".join(str(e).split())[:300]
+    return [value_type(o.type) if o.type.HasField("tensor_type") and o.type.tensor_type.elem_type else None
+            for o in inferred.graph.output]
+
+
+def _type_mismatch(before: list[ValueType | None], after: list[ValueType | None], names: list[str]) -> str | None:
+    """How the replacement's output types differ from the original's (None when each is compatible).
+
+    Compatible: the same element type, the same rank when both are known, and no static dim of
+    one contradicting a static dim of the other. This is what lets the rest of the model infer
+    as it did before (see :func:`validate_output`).
+    """
+    for name, old, new in zip(names, before, after, strict=True):
+        assert old is not None
+        if new is None or new[0] != old[0]:
+            return f"output {name!r} has type {None if new is None else new[0]}, the original's is {old[0]}"
+        if old[1] is None or new[1] is None:
+            continue
+        if len(old[1]) != len(new[1]) or any(a is not None and b is not None and a != b
+                                             for a, b in zip(old[1], new[1], strict=True)):
+            return f"output {name!r} has shape {new[1]}, the original's is {old[1]}"
     return None
 
 
@@ -298,3 +337,157 @@ def check_loads(converted: onnx.ModelProto) -> str | None:
     except Exception as e:
         return " ".join(str(e).split()).replace("[ONNXRuntimeError] : ", "")
     return None
+
+
+def validate_output(converted: onnx.ModelProto, source: onnx.ModelProto | bytes | None, report: Report,
+                    target: int | None) -> None:
+    """The output gate: refuse what onnx's full check would reject; note what onnxruntime cannot run.
+
+    The whole-model check is paid only where the composition argument below does not hold.
+
+    **The composition argument.** When ``report.strictly_checked`` is True, the input passed
+    onnx's strict shape and type inference as a whole (with ``check_type``: every value_info and
+    graph output it states agrees with the graph) and its structure passed onnx's checker on the way
+    in. The output differs from it only by (1) untouched nodes whose opset moved, each proven by the
+    schema table to mean the same and to take the same attributes and types at the target, (2) the
+    replacement of each rewritten node, every distinct pattern of which (op, versions, input types,
+    attribute signature, constant and derived inputs) passed the node gate (each emitted node
+    against its target schema: attributes the target lacks, attribute types, arities) and strict
+    inference on its own, from the input types it has in the model, giving outputs of the types the
+    original's have (:class:`RewriteChecker`), and (3) fresh names and initializers for what
+    replacements make. Strict inference of the output therefore meets, at each node, the types it
+    met in the input, and each node is valid at the target: the output passes
+    ``check_model(full_check=True)`` without running it. Otherwise (inference was not run on the
+    input, or failed, or a rewrite could not be checked on its own) :func:`check_output` runs the
+    full check on the whole output, and an input that fails it is named (InputError).
+
+    Then :func:`check_runtime` (onnxruntime, per op-version and per rewrite pattern, never the
+    whole model).
+
+    Raises:
+        ConversionError: the converted model fails (a gap in lowerer), or onnxruntime opens a
+            rewrite's original but not its replacement.
+        InputError: the input fails onnx's full check.
+    """
+    if not report.strictly_checked:
+        check_output(converted, source, target, input_strict=False)
+    check_runtime(converted, report)
+
+
+def check_runtime(converted: onnx.ModelProto, report: Report) -> None:
+    """One policy for what onnxruntime cannot load, whatever the model's size.
+
+    Every default-domain op-version of the output is looked up in onnxruntime's CPU kernel table;
+    one with no kernel is recorded (``report.notes`` and a warning): the conversion stands (it
+    passed onnx's full check) but is unverified there. Each distinct rewrite pattern's
+    replacement (the small model :class:`RewriteChecker` built) is opened in onnxruntime; when it is
+    refused for another reason while the pattern's original opens, the conversion is refused
+    (ConversionError, a gap in lowerer); when neither opens, it is recorded.
+    """
+    from lowerer.opsets import default_opset
+
+    opset = default_opset(converted.opset_import)
+    if opset is None:
+        return
+    for op, version in _missing_kernels(converted, opset):
+        _note(report, f"unverified: onnxruntime {_ort_version()} has no kernel for {op}-{version}")
+    if opset > max_ort_opset():
+        _note(report, f"unverified: onnxruntime {_ort_version()} does not load opset {opset}")
+    if not MIN_ORT_OPSET <= opset <= max_ort_opset():
+        return
+    seen: set[str] = set()
+    for rewrite in report.rewrites:
+        pair = rewrite.__dict__.get(CHECKED_MODELS)
+        if pair is not None:
+            _check_pattern(rewrite, pair, report, seen)
+
+
+def _check_pattern(rewrite: Rewrite, pair: tuple[onnx.ModelProto, onnx.ModelProto], report: Report,
+                   seen: set[str]) -> None:
+    """Open one pattern's replacement in onnxruntime; refuse when only its original opens (see check_runtime)."""
+    original, replacement = pair
+    why = check_loads(replacement)
+    if why is None:
+        return
+    missing = _NO_KERNEL.search(why)
+    if missing is not None:
+        note = f"unverified: onnxruntime {_ort_version()} has no kernel for {missing[1]}-{missing[2]}"
+    elif ort_supports(original) and check_loads(original) is None:
+        raise ConversionError(
+            f"onnxruntime does not open the replacement of node {rewrite.node!r} ({rewrite.op_type}-"
+            f"{rewrite.from_version} -> {' + '.join(rewrite.emitted)} at opset {rewrite.to_opset}: {why}), though "
+            "it opens the original; the conversion is refused (a gap in lowerer, please report it)")
+    else:
+        note = f"unverified: onnxruntime opens neither {rewrite.op_type}-{rewrite.from_version} nor its replacement"
+    if note not in seen:
+        seen.add(note)
+        _note(report, note)
+
+
+def _note(report: Report, note: str) -> None:
+    if note not in report.notes:
+        report.notes.append(note)
+        logger.warning("%s", note)
+
+
+def _ort_version() -> str:
+    import onnxruntime
+
+    return ".".join(onnxruntime.__version__.split(".")[:2])
+
+
+@functools.lru_cache(maxsize=1)
+def _cpu_kernels() -> dict[tuple[str, str], list[tuple[int, int]]]:
+    """The CPU kernels of onnxruntime: (domain, op) -> the version ranges it has one for."""
+    from onnxruntime.capi import _pybind_state
+
+    table: dict[tuple[str, str], list[tuple[int, int]]] = {}
+    for k in _pybind_state.get_all_opkernel_def():
+        if k.provider == "CPUExecutionProvider":
+            table.setdefault((k.domain, k.op_name), []).append(tuple(k.version_range))
+    return table
+
+
+def _missing_kernels(model: onnx.ModelProto, opset: int) -> list[tuple[str, int]]:
+    """The default-domain (op, since version) of ``model`` at ``opset`` that onnxruntime has no CPU kernel for.
+
+    Per op-version, not per type: the types a relabeled node takes are the input's (their kernels
+    were the input's concern); a rewrite's emitted nodes are opened with their types by
+    :func:`_check_pattern`.
+    """
+    from lowerer.opsets import since_version
+
+    kernels = _cpu_kernels()
+    missing = []
+    for op in sorted(_default_ops(model)):
+        version = since_version(op, opset)
+        if version is None:
+            continue
+        if not any(lo <= version <= hi for lo, hi in kernels.get(("", op), ())):
+            missing.append((op, version))
+    return missing
+
+
+def _default_ops(model: onnx.ModelProto) -> set[str]:
+    """The default-domain op types of every graph and function of ``model`` (one set per graph, no copies)."""
+    ops: set[str] = set()
+
+    def walk(nodes: object) -> None:
+        kinds = {(n.domain, n.op_type) for n in nodes}  # type: ignore[attr-defined]
+        ops.update(op for domain, op in kinds if domain in ("", "ai.onnx"))
+        if any(op in _SUBGRAPH_OPS or domain not in ("", "ai.onnx") for domain, op in kinds):
+            for n in nodes:  # type: ignore[attr-defined]
+                for a in n.attribute:
+                    if a.type == onnx.AttributeProto.GRAPH:
+                        walk(a.g.node)
+                    elif a.type == onnx.AttributeProto.GRAPHS:
+                        for g in a.graphs:
+                            walk(g.node)
+
+    walk(model.graph.node)
+    for function in model.functions:
+        walk(function.node)
+    return ops
+
+
+_SUBGRAPH_OPS = frozenset({"If", "Loop", "Scan", "SequenceMap"})
