@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import functools
 import logging
-import re
 from typing import TYPE_CHECKING
 
 import onnx
@@ -42,8 +41,6 @@ __all__ = ["MIN_ORT_OPSET", "NodeGate", "RewriteChecker", "as_model", "check_loa
 MIN_ORT_OPSET = 7
 #: Where :class:`RewriteChecker` keeps, on the first rewrite of each pattern, its (original, replacement) models.
 CHECKED_MODELS = "_checked_models"
-#: How onnxruntime says it has no kernel for an op at a version.
-_NO_KERNEL = re.compile(r"Could not find an implementation for (\w+)\((\d+)\)")
 
 logger = logging.getLogger(__name__)
 
@@ -361,133 +358,16 @@ def validate_output(converted: onnx.ModelProto, source: onnx.ModelProto | bytes 
     input, or failed, or a rewrite could not be checked on its own) :func:`check_output` runs the
     full check on the whole output, and an input that fails it is named (InputError).
 
-    Then :func:`check_runtime` (onnxruntime, per op-version and per rewrite pattern, never the
-    whole model).
+    Then :func:`lowerer.runtime_gate.check_runtime` (onnxruntime, per op-version and per rewrite
+    pattern, never the whole model).
 
     Raises:
         ConversionError: the converted model fails (a gap in lowerer), or onnxruntime opens a
             rewrite's original but not its replacement.
         InputError: the input fails onnx's full check.
     """
+    from lowerer.runtime_gate import check_runtime
+
     if not report.strictly_checked:
         check_output(converted, source, target, input_strict=False)
-    check_runtime(converted, report)
-
-
-def check_runtime(converted: onnx.ModelProto, report: Report) -> None:
-    """One policy for what onnxruntime cannot load, whatever the model's size.
-
-    Every default-domain op-version of the output is looked up in onnxruntime's CPU kernel table;
-    one with no kernel is recorded (``report.notes`` and a warning): the conversion stands (it
-    passed onnx's full check) but is unverified there. Each distinct rewrite pattern's
-    replacement (the small model :class:`RewriteChecker` built) is opened in onnxruntime; when it is
-    refused for another reason while the pattern's original opens, the conversion is refused
-    (ConversionError, a gap in lowerer); when neither opens, it is recorded.
-    """
-    from lowerer.opsets import default_opset
-
-    opset = default_opset(converted.opset_import)
-    if opset is None:
-        return
-    for op, version in _missing_kernels(converted, opset):
-        _note(report, f"unverified: onnxruntime {_ort_version()} has no kernel for {op}-{version}")
-    if opset > max_ort_opset():
-        _note(report, f"unverified: onnxruntime {_ort_version()} does not load opset {opset}")
-    if not MIN_ORT_OPSET <= opset <= max_ort_opset():
-        return
-    seen: set[str] = set()
-    for rewrite in report.rewrites:
-        pair = rewrite.__dict__.get(CHECKED_MODELS)
-        if pair is not None:
-            _check_pattern(rewrite, pair, report, seen)
-
-
-def _check_pattern(rewrite: Rewrite, pair: tuple[onnx.ModelProto, onnx.ModelProto], report: Report,
-                   seen: set[str]) -> None:
-    """Open one pattern's replacement in onnxruntime; refuse when only its original opens (see check_runtime)."""
-    original, replacement = pair
-    why = check_loads(replacement)
-    if why is None:
-        return
-    missing = _NO_KERNEL.search(why)
-    if missing is not None:
-        note = f"unverified: onnxruntime {_ort_version()} has no kernel for {missing[1]}-{missing[2]}"
-    elif ort_supports(original) and check_loads(original) is None:
-        raise ConversionError(
-            f"onnxruntime does not open the replacement of node {rewrite.node!r} ({rewrite.op_type}-"
-            f"{rewrite.from_version} -> {' + '.join(rewrite.emitted)} at opset {rewrite.to_opset}: {why}), though "
-            "it opens the original; the conversion is refused (a gap in lowerer, please report it)")
-    else:
-        note = f"unverified: onnxruntime opens neither {rewrite.op_type}-{rewrite.from_version} nor its replacement"
-    if note not in seen:
-        seen.add(note)
-        _note(report, note)
-
-
-def _note(report: Report, note: str) -> None:
-    if note not in report.notes:
-        report.notes.append(note)
-        logger.warning("%s", note)
-
-
-def _ort_version() -> str:
-    import onnxruntime
-
-    return ".".join(onnxruntime.__version__.split(".")[:2])
-
-
-@functools.lru_cache(maxsize=1)
-def _cpu_kernels() -> dict[tuple[str, str], list[tuple[int, int]]]:
-    """The CPU kernels of onnxruntime: (domain, op) -> the version ranges it has one for."""
-    from onnxruntime.capi import _pybind_state
-
-    table: dict[tuple[str, str], list[tuple[int, int]]] = {}
-    for k in _pybind_state.get_all_opkernel_def():
-        if k.provider == "CPUExecutionProvider":
-            table.setdefault((k.domain, k.op_name), []).append(tuple(k.version_range))
-    return table
-
-
-def _missing_kernels(model: onnx.ModelProto, opset: int) -> list[tuple[str, int]]:
-    """The default-domain (op, since version) of ``model`` at ``opset`` that onnxruntime has no CPU kernel for.
-
-    Per op-version, not per type: the types a relabeled node takes are the input's (their kernels
-    were the input's concern); a rewrite's emitted nodes are opened with their types by
-    :func:`_check_pattern`.
-    """
-    from lowerer.opsets import since_version
-
-    kernels = _cpu_kernels()
-    missing = []
-    for op in sorted(_default_ops(model)):
-        version = since_version(op, opset)
-        if version is None:
-            continue
-        if not any(lo <= version <= hi for lo, hi in kernels.get(("", op), ())):
-            missing.append((op, version))
-    return missing
-
-
-def _default_ops(model: onnx.ModelProto) -> set[str]:
-    """The default-domain op types of every graph and function of ``model`` (one set per graph, no copies)."""
-    ops: set[str] = set()
-
-    def walk(nodes: object) -> None:
-        kinds = {(n.domain, n.op_type) for n in nodes}  # type: ignore[attr-defined]
-        ops.update(op for domain, op in kinds if domain in ("", "ai.onnx"))
-        if any(op in _SUBGRAPH_OPS or domain not in ("", "ai.onnx") for domain, op in kinds):
-            for n in nodes:  # type: ignore[attr-defined]
-                for a in n.attribute:
-                    if a.type == onnx.AttributeProto.GRAPH:
-                        walk(a.g.node)
-                    elif a.type == onnx.AttributeProto.GRAPHS:
-                        for g in a.graphs:
-                            walk(g.node)
-
-    walk(model.graph.node)
-    for function in model.functions:
-        walk(function.node)
-    return ops
-
-
-_SUBGRAPH_OPS = frozenset({"If", "Loop", "Scan", "SequenceMap"})
+    check_runtime(converted, report, source if isinstance(source, bytes) else None)
