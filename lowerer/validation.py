@@ -205,8 +205,12 @@ def _inferred(model: onnx.ModelProto) -> list[ValueType | None] | str:
         inferred = onnx.shape_inference.infer_shapes(model, check_type=True, strict_mode=True)
     except Exception as e:
         return " ".join(str(e).split())[:300]
-    return [value_type(o.type) if o.type.HasField("tensor_type") and o.type.tensor_type.elem_type else None
-            for o in inferred.graph.output]
+    constants = {t.name: (t.data_type, list(t.dims)) for t in model.graph.initializer}
+    out: list[ValueType | None] = []
+    for o in inferred.graph.output:  # an output that is an initializer keeps its tensor's type
+        known = o.type.HasField("tensor_type") and o.type.tensor_type.elem_type
+        out.append(value_type(o.type) if known else constants.get(o.name))
+    return out
 
 
 def _type_mismatch(before: list[ValueType | None], after: list[ValueType | None], names: list[str]) -> str | None:
