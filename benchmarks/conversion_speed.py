@@ -90,8 +90,8 @@ runpy.run_module("lowerer", run_name="__main__")
 
 
 def variants(src: Path, out_dir: Path, target: int, with_converter: bool,
-             baseline: Path | None = None, verified: bool = True) -> list[Variant]:
-    """The commands compared on one model (``baseline``: another lowerer checkout, run --no-verify too)."""
+             baselines: list[Path] | None = None, verified: bool = True) -> list[Variant]:
+    """The commands compared on one model (``baselines``: other lowerer checkouts, run --no-verify too)."""
     py = sys.executable
     lowerer = [py, "-m", "lowerer", "convert", str(src), "--target-opset", str(target)]
     out = [
@@ -100,10 +100,10 @@ def variants(src: Path, out_dir: Path, target: int, with_converter: bool,
     ]
     if verified:
         out.append(Variant("lowerer (verified)", [*lowerer, "-o", str(out_dir / "lowerer_verified.onnx")]))
-    if baseline is not None:
+    for k, baseline in enumerate(baselines or []):
         out.append(Variant(f"lowerer at {baseline.name} --no-verify",
                            [py, "-c", _OTHER, str(baseline), "convert", str(src), "--target-opset", str(target),
-                            "-o", str(out_dir / "baseline_noverify.onnx"), "--no-verify"]))
+                            "-o", str(out_dir / f"baseline{k}_noverify.onnx"), "--no-verify"]))
     if with_converter:
         out.append(Variant("onnx.version_converter", [py, "-c", ONNX_CONVERTER, str(src),
                                                       str(out_dir / "onnx_converter.onnx"), str(target)]))
@@ -181,9 +181,10 @@ def main() -> int:
     parser.add_argument("--value-info", action="store_true",
                         help="give every intermediate value a typed, shaped value_info (no shape inference needed)")
     parser.add_argument("--no-converter", action="store_true", help="skip onnx.version_converter")
-    parser.add_argument("--baseline", type=Path, default=None, metavar="DIR",
+    parser.add_argument("--baseline", type=Path, action="append", default=None, metavar="DIR",
                         help="also time the lowerer of another checkout (e.g. a git worktree of an earlier "
-                             "commit), --no-verify, in the same run")
+                             "commit), --no-verify, in the same run; repeatable (the first is the one the "
+                             "targets compare with)")
     parser.add_argument("--check", action="store_true", help="compare the converted models' outputs in onnxruntime")
     parser.add_argument("--keep", type=Path, default=None, help="copy the generated models into this directory")
     args = parser.parse_args()
