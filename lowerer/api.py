@@ -239,7 +239,8 @@ def convert(
     if target_opset is not None or report.decompose or plan is not None:
         from lowerer.validation import validate_output
 
-        validate_output(proto, serialized if serialized is not None else original, report, target_opset)
+        validate_output(proto, serialized if serialized is not None else original, report, target_opset,
+                        input_checked=kind == "path")  # a file's input passed onnx's checker (load_input)
     del serialized
     report.source_ir_version, report.ir_version = source_ir, proto.ir_version
     if verifier is not None:

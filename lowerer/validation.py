@@ -341,7 +341,7 @@ def check_loads(converted: onnx.ModelProto) -> str | None:
 
 
 def validate_output(converted: onnx.ModelProto, source: onnx.ModelProto | bytes | None, report: Report,
-                    target: int | None) -> None:
+                    target: int | None, *, input_checked: bool = False) -> None:
     """The output gate: refuse what onnx's full check would reject; note what onnxruntime cannot run.
 
     The whole-model check is paid only where the composition argument below does not hold.
@@ -349,7 +349,9 @@ def validate_output(converted: onnx.ModelProto, source: onnx.ModelProto | bytes 
     **The composition argument.** When ``report.strictly_checked`` is True, the input passed
     onnx's strict shape and type inference as a whole (with ``check_type``: every value_info and
     graph output it states agrees with the graph) and its structure passed onnx's checker on the way
-    in. The output differs from it only by (1) untouched nodes whose opset moved, each proven by the
+    in (``input_checked``: onnx's checker passed it; lowerer's own walk may accept a model in memory
+    that the checker refuses, so without it the plain checker runs on the output). The output
+    differs from it only by (1) untouched nodes whose opset moved, each proven by the
     schema table to mean the same and to take the same attributes and types at the target, (2) the
     replacement of each rewritten node, every distinct pattern of which (op, versions, input types,
     attribute signature, constant and derived inputs) passed the node gate (each emitted node
@@ -362,8 +364,18 @@ def validate_output(converted: onnx.ModelProto, source: onnx.ModelProto | bytes 
     input, or failed, or a rewrite could not be checked on its own) :func:`check_output` runs the
     full check on the whole output, and an input that fails it is named (InputError).
 
-    Then :func:`lowerer.runtime_gate.check_runtime` (onnxruntime, per op-version and per rewrite
-    pattern, never the whole model).
+    What the argument does not cover is checked here, at no cost per node: the model-level fields
+    (the IR version must allow the opsets imported). The cases it relies on are tested in
+    ``tests/test_validation_gate.py``. Then :func:`lowerer.runtime_gate.check_runtime` (onnxruntime,
+    per op-version and per rewrite pattern, never the whole model).
+
+    Args:
+        converted: the converted model.
+        source: the input (its bytes, or the model), to name it when it fails too.
+        report: the conversion's report (``strictly_checked``: the composition holds; ``notes``
+            receives what onnxruntime cannot verify).
+        target: the target opset (for messages).
+        input_checked: the input passed ``onnx.checker.check_model`` on the way in.
 
     Raises:
         ConversionError: the converted model fails (a gap in lowerer), or onnxruntime opens a
@@ -372,6 +384,19 @@ def validate_output(converted: onnx.ModelProto, source: onnx.ModelProto | bytes 
     """
     from lowerer.runtime_gate import check_runtime
 
-    if not report.strictly_checked:
-        check_output(converted, source, target, input_strict=False)
+    if not report.strictly_checked or not input_checked:
+        check_output(converted, source, target, input_strict=report.strictly_checked)
+    else:
+        _check_model_fields(converted)
     check_runtime(converted, report, source if isinstance(source, bytes) else None)
+
+
+def _check_model_fields(converted: onnx.ModelProto) -> None:
+    """Refuse an IR version older than the opsets imported need (what the composition does not cover)."""
+    try:
+        needed = onnx.helper.find_min_ir_version_for(list(converted.opset_import), ignore_unknown=True)
+    except Exception:  # an opset this onnx does not know: left to the structure check on the way in
+        return
+    if converted.ir_version < needed:
+        raise ConversionError(f"the converted model has IR version {converted.ir_version}, but its opsets need "
+                              f"{needed}; this is a gap in lowerer, please report it")

@@ -171,3 +171,38 @@ def test_rewrite_checker_refuses_a_replacement_whose_output_type_differs() -> No
     with pytest.raises(ConversionError, match="has shape"):
         checker(reshaped)
     assert checker.complete
+
+
+def test_a_file_input_converts_by_composition_to_a_model_passing_the_full_check(tmp_path: Path) -> None:
+    nodes = [helper.make_node("Hardmax", ["x"], ["h"], axis=-1), helper.make_node("ReduceSum", ["h"], ["y"],
+                                                                                   axes=[1], keepdims=1)]
+    src = tmp_path / "in.onnx"
+    onnx.save(_model(nodes, [("x", TensorProto.FLOAT, [2, 3, 4])], [("y", TensorProto.FLOAT, [2, 1, 4])], 11), src)
+    result = lowerer.convert(str(src), target_opset=13, verify=False)
+    assert result.report.strictly_checked  # the whole-model check was not run: the composition held
+    assert _passes_full_check(result.model)
+
+
+def test_the_plain_checker_runs_on_the_output_unless_the_input_passed_it() -> None:
+    from lowerer.report import Report
+    from lowerer.validation import validate_output
+
+    broken = _model([helper.make_node("Relu", ["missing"], ["y"])], [("x", TensorProto.FLOAT, [2])],
+                    [("y", TensorProto.FLOAT, [2])], 13)  # reads a value nothing defines
+    report = Report(target_opset=13)
+    report.strictly_checked = True
+    with pytest.raises((ConversionError, InputError)):
+        validate_output(broken, None, report, 13, input_checked=False)
+
+
+def test_an_ir_version_older_than_the_opsets_need_is_refused() -> None:
+    from lowerer.report import Report
+    from lowerer.validation import validate_output
+
+    model = _model([helper.make_node("Relu", ["x"], ["y"])], [("x", TensorProto.FLOAT, [2])],
+                   [("y", TensorProto.FLOAT, [2])], 21)
+    model.ir_version = 7  # opset 21 needs IR 10
+    report = Report(target_opset=21)
+    report.strictly_checked = True
+    with pytest.raises(ConversionError, match="IR version"):
+        validate_output(model, None, report, 21, input_checked=True)
