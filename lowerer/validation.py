@@ -1,23 +1,22 @@
-"""The validation gate: nothing leaves lowerer that onnx's checker (or onnxruntime) rejects.
+"""The validation gate: nothing leaves lowerer that onnx's full check rejects, paid for what changed.
 
-Two levels:
-
-* :class:`NodeGate` checks every node a conversion emits against its schema at the target
-  (attributes the schema lacks, wrong attribute types, missing required ones, input and output
-  counts), as it is made; answers are cached per node signature, so this costs little.
-* :class:`RewriteChecker` runs onnx's strict shape and type inference on each distinct rewrite
-  on its own (the replacement must infer wherever the original does).
-* :func:`check_output` runs ``onnx.checker.check_model(full_check=True)`` once on the whole
-  converted model (strict shape and type inference included). When the conversion already ran
-  onnx's strict inference on the whole input (for facts its rules needed) and every distinct
-  rewrite passed its own, the whole-model inference would only repeat them: then the plain
-  checker runs on the output. External weights are never read: in the copy that is checked,
-  main-graph initializers held in external data become graph inputs of the same type and shape
-  (the checker would otherwise open their files, relative to the working directory). When the
-  converted model fails, the input is checked the same way, so the message can say whether the
-  conversion or the input is at fault.
-* :func:`check_loads` opens the converted model in onnxruntime (graph optimizations off), for
-  models whose default-domain opset onnxruntime supports (7 up to the newest it loads).
+* :class:`NodeGate` checks every node the first rewrite of each pattern emits against its schema at
+  the target (attributes the schema lacks, wrong attribute types, missing required ones, input and
+  output counts); answers are cached per node signature.
+* :class:`RewriteChecker` runs onnx's strict shape and type inference on each distinct rewrite on
+  its own, from its input types in the model: the replacement must infer wherever the original
+  does, to outputs of the original's types. It keeps the two small models for onnxruntime.
+* :func:`validate_output`, the one call after a conversion: when the input passed onnx's checker
+  and strict inference and every rewrite pattern was checked, the output passes
+  ``onnx.checker.check_model(full_check=True)`` by composition (the argument is in its docstring)
+  and no whole-model check runs; otherwise :func:`check_output` runs it (external weights are
+  never read: in the copy that is checked, main-graph initializers held in external data become
+  graph inputs of the same type and shape), and when the output fails, the input is checked the
+  same way, so the message can say whether the conversion or the input is at fault. Then
+  :func:`lowerer.runtime_gate.check_runtime`: onnxruntime per op-version and per rewrite pattern,
+  never the whole model, whatever its size.
+* :func:`check_loads` opens a model in onnxruntime (graph optimizations off), for models whose
+  default-domain opset onnxruntime supports (7 up to the newest it loads).
 """
 
 from __future__ import annotations
