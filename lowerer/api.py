@@ -182,7 +182,8 @@ def _state(model: object, options: ConvertOptions) -> tuple[State, str]:
     if options.verify_model is not None or serialized is None:
         original = onnx.ModelProto()
         original.CopyFrom(proto)
-    state = State(proto, options, serialized=serialized, original=original, source_dir=source_dir, held=held)
+    state = State(proto, options, serialized=serialized, original=original, source_dir=source_dir, held=held,
+                  input_checked=kind == "path")
     if options.profile is not None:
         state.plan = BackendPlan(options.profile, allow_fallback=options.allow_fallback)
     if options.verify:

@@ -58,6 +58,7 @@ class State:
         seen: every rewrite given to the verifier (the report of a failed verification).
         timings: seconds per pass.
         held: a large in-memory model's weights, held back from the working copy and put back at the end.
+        input_checked: the input passed onnx's checker on the way in (a file: see ``load_input``).
     """
 
     model: onnx.ModelProto
@@ -71,6 +72,7 @@ class State:
     seen: list[Rewrite] = field(default_factory=list)
     timings: dict[str, float] = field(default_factory=dict)
     held: HeldWeights = field(default_factory=HeldWeights)
+    input_checked: bool = False
 
     def recording(self) -> Callable[[Rewrite], None] | None:
         """The verifier, also keeping each rewrite it is given; None without verification."""
@@ -185,7 +187,7 @@ class ValidatePass(Pass):
         from lowerer.validation import validate_output
 
         validate_output(state.model, state.serialized if state.serialized is not None else state.original,
-                        state.options.target_opset, state.report)
+                        state.report, state.options.target_opset, input_checked=state.input_checked)
 
 
 class ModelCheckPass(Pass):

@@ -1,65 +1,42 @@
-"""The validation gate: nothing leaves lowerer that onnx's checker (or onnxruntime) rejects.
+"""The validation gate: nothing leaves lowerer that onnx's full check rejects, paid for what changed.
 
-Two levels:
-
-* :class:`NodeGate` checks every node a conversion emits against its schema at the target
-  (attributes the schema lacks, wrong attribute types, missing required ones, input and output
-  counts), as it is made; answers are cached per node signature, so this costs little.
-* :class:`RewriteChecker` runs onnx's strict shape and type inference on each distinct rewrite
-  on its own (the replacement must infer wherever the original does).
-* :func:`check_output` runs ``onnx.checker.check_model(full_check=True)`` once on the whole
-  converted model (strict shape and type inference included). When the conversion already ran
-  onnx's strict inference on the whole input (for facts its rules needed) and every distinct
-  rewrite passed its own, the whole-model inference would only repeat them: then the plain
-  checker runs on the output. External weights are never read: in the copy that is checked,
-  main-graph initializers held in external data become graph inputs of the same type and shape
-  (the checker would otherwise open their files, relative to the working directory). When the
-  converted model fails, the input is checked the same way, so the message can say whether the
-  conversion or the input is at fault.
-* :func:`check_loads` opens the converted model in onnxruntime (graph optimizations off), for
-  models whose default-domain opset onnxruntime supports (7 up to the newest it loads).
+* :class:`NodeGate` checks every node the first rewrite of each pattern emits against its schema at
+  the target (attributes the schema lacks, wrong attribute types, missing required ones, input and
+  output counts); answers are cached per node signature.
+* :class:`RewriteChecker` runs onnx's strict shape and type inference on each distinct rewrite on
+  its own, from its input types in the model: the replacement must infer wherever the original
+  does, to outputs of the original's types. It keeps the two small models for onnxruntime.
+* :func:`validate_output`, the one call after a conversion: when the input passed onnx's checker
+  and strict inference and every rewrite pattern was checked, the output passes
+  ``onnx.checker.check_model(full_check=True)`` by composition (the argument is in its docstring)
+  and no whole-model check runs; otherwise :func:`check_output` runs it (external weights are
+  never read: in the copy that is checked, main-graph initializers held in external data become
+  graph inputs of the same type and shape), and when the output fails, the input is checked the
+  same way, so the message can say whether the conversion or the input is at fault. Then
+  :func:`lowerer.runtime_gate.check_runtime`: onnxruntime per op-version and per rewrite pattern,
+  never the whole model, whatever its size.
+* :func:`lowerer.ort_support.check_loads` opens a model in onnxruntime (graph optimizations off), for models whose
+  default-domain opset onnxruntime supports (7 up to the newest it loads).
 """
 
 from __future__ import annotations
 
-import functools
 import logging
+from typing import TYPE_CHECKING
 
 import onnx
 
 from lowerer.errors import ConversionError, InputError
+from lowerer.ort_support import CHECKED_MODELS
 from lowerer.report import Report, Rewrite
 
-__all__ = ["MIN_ORT_OPSET", "NodeGate", "RewriteChecker", "as_model", "check_loads", "check_output", "max_ort_opset",
-           "ort_supports", "validate_output"]
+if TYPE_CHECKING:
+    from lowerer.shapes import ValueType
 
-#: onnxruntime supports default-domain opsets from 7 on (older models may still run, unchecked).
-MIN_ORT_OPSET = 7
+__all__ = ["NodeGate", "RewriteChecker", "as_model", "check_output", "validate_output"]
+
 
 logger = logging.getLogger(__name__)
-
-
-@functools.lru_cache(maxsize=1)
-def max_ort_opset() -> int:
-    """The newest default-domain opset the installed onnxruntime loads (found once by trying)."""
-    import onnxruntime
-
-    from lowerer.verification.runner import quiet_session_options
-
-    graph = onnx.helper.make_graph([onnx.helper.make_node("Identity", ["x"], ["y"])], "probe",
-                                   [onnx.helper.make_tensor_value_info("x", onnx.TensorProto.FLOAT, [1])],
-                                   [onnx.helper.make_tensor_value_info("y", onnx.TensorProto.FLOAT, [1])])
-    best = 1
-    for opset in range(onnx.defs.onnx_opset_version(), 0, -1):
-        model = onnx.helper.make_model(graph, opset_imports=[onnx.helper.make_opsetid("", opset)], ir_version=8)
-        try:
-            onnxruntime.InferenceSession(model.SerializeToString(), quiet_session_options(),
-                                         providers=["CPUExecutionProvider"])
-        except Exception:
-            continue
-        best = opset
-        break
-    return best
 
 
 class NodeGate:
@@ -135,15 +112,19 @@ class RewriteChecker:
         fixed = canon.fixed_tensors
         original = small_model([canon.original], fixed, specs, outputs, rewrite.from_opset)
         replacement = small_model(canon.replacement, [*fixed, *canon.constants], specs, outputs, rewrite.to_opset)
-        if _problem(original) is not None:
+        before = _inferred(original)
+        if isinstance(before, str) or any(t is None for t in before):
             self.complete = False  # the original does not infer strictly on its own: nothing to hold it to
             return
-        why = _problem(replacement)
+        inferred = _inferred(replacement)
+        why = inferred if isinstance(inferred, str) else _type_mismatch(before, inferred, outputs)
         if why is not None:
             raise ConversionError(
                 f"node {rewrite.node!r} ({rewrite.op_type}-{rewrite.from_version}, in {rewrite.scope}) cannot be "
                 f"converted to opset {rewrite.to_opset}: its replacement ({' + '.join(rewrite.emitted)}) fails "
                 f"onnx's strict inference ({why}); this is a gap in lowerer, please report it")
+        # Kept for the onnxruntime check of the output (validate_output), one pair per pattern.
+        rewrite.__dict__[CHECKED_MODELS] = (original, replacement)
 
 
 def _pattern(rewrite: Rewrite) -> tuple[object, ...]:
@@ -181,14 +162,44 @@ def _type_key(vt: tuple[int, list[int | str | None] | None] | None) -> object:
     return elem, None if dims is None else tuple(dims)
 
 
-def _problem(model: onnx.ModelProto) -> str | None:
-    """Why ``model`` fails its nodes' schema checks or strict inference (None when it passes)."""
-    from lowerer.verification.check import _validate
+def _inferred(model: onnx.ModelProto) -> list[ValueType | None] | str:
+    """The output types strict inference gives ``model`` (after its nodes' schema checks), or why it fails."""
+    from lowerer.shapes import value_type
 
+    ctx = onnx.checker.C.CheckerContext()
+    ctx.ir_version = model.ir_version
+    ctx.opset_imports = {o.domain: o.version for o in model.opset_import}
     try:
-        _validate(model)
+        for node in model.graph.node:
+            if not any(a.type in (onnx.AttributeProto.GRAPH, onnx.AttributeProto.GRAPHS) for a in node.attribute):
+                onnx.checker.check_node(node, ctx)  # a subgraph is left to inference (it reads outer values)
+        inferred = onnx.shape_inference.infer_shapes(model, check_type=True, strict_mode=True)
     except Exception as e:
         return " ".join(str(e).split())[:300]
+    constants = {t.name: (t.data_type, list(t.dims)) for t in model.graph.initializer}
+    out: list[ValueType | None] = []
+    for o in inferred.graph.output:  # an output that is an initializer keeps its tensor's type
+        known = o.type.HasField("tensor_type") and o.type.tensor_type.elem_type
+        out.append(value_type(o.type) if known else constants.get(o.name))
+    return out
+
+
+def _type_mismatch(before: list[ValueType | None], after: list[ValueType | None], names: list[str]) -> str | None:
+    """How the replacement's output types differ from the original's (None when each is compatible).
+
+    Compatible: the same element type, the same rank when both are known, and no static dim of
+    one contradicting a static dim of the other. This is what lets the rest of the model infer
+    as it did before (see :func:`validate_output`).
+    """
+    for name, old, new in zip(names, before, after, strict=True):
+        assert old is not None
+        if new is None or new[0] != old[0]:
+            return f"output {name!r} has type {None if new is None else new[0]}, the original's is {old[0]}"
+        if old[1] is None or new[1] is None:
+            continue
+        if len(old[1]) != len(new[1]) or any(a is not None and b is not None and a != b
+                                             for a, b in zip(old[1], new[1], strict=True)):
+            return f"output {name!r} has shape {new[1]}, the original's is {old[1]}"
     return None
 
 
@@ -273,59 +284,63 @@ def as_model(source: onnx.ModelProto | bytes) -> onnx.ModelProto:
     return source
 
 
-def ort_supports(model: onnx.ModelProto) -> bool:
-    """Whether onnxruntime supports ``model``'s default-domain opset (7 to the newest it loads)."""
-    from lowerer.opsets import default_opset
+def validate_output(converted: onnx.ModelProto, source: onnx.ModelProto | bytes | None, report: Report,
+                    target: int | None, *, input_checked: bool = False) -> None:
+    """The output gate: refuse what onnx's full check would reject; note what onnxruntime cannot run.
 
-    opset = default_opset(model.opset_import)
-    return opset is None or MIN_ORT_OPSET <= opset <= max_ort_opset()
+    The whole-model check is paid only where the composition argument below does not hold.
 
+    **The composition argument.** When ``report.strictly_checked`` is True, the input passed
+    onnx's strict shape and type inference as a whole (with ``check_type``: every value_info and
+    graph output it states agrees with the graph) and its structure passed onnx's checker on the way
+    in (``input_checked``: onnx's checker passed it; lowerer's own walk may accept a model in memory
+    that the checker refuses, so without it the plain checker runs on the output). The output
+    differs from it only by (1) untouched nodes whose opset moved, each proven by the
+    schema table to mean the same and to take the same attributes and types at the target, (2) the
+    replacement of each rewritten node, every distinct pattern of which (op, versions, input types,
+    attribute signature, constant and derived inputs) passed the node gate (each emitted node
+    against its target schema: attributes the target lacks, attribute types, arities) and strict
+    inference on its own, from the input types it has in the model, giving outputs of the types the
+    original's have (:class:`RewriteChecker`), and (3) fresh names and initializers for what
+    replacements make. Strict inference of the output therefore meets, at each node, the types it
+    met in the input, and each node is valid at the target: the output passes
+    ``check_model(full_check=True)`` without running it. Otherwise (inference was not run on the
+    input, or failed, or a rewrite could not be checked on its own) :func:`check_output` runs the
+    full check on the whole output, and an input that fails it is named (InputError).
 
-def check_loads(converted: onnx.ModelProto) -> str | None:
-    """Why onnxruntime refuses to load ``converted`` (None when it loads, or its opset is beyond onnxruntime)."""
-    from lowerer.opsets import default_opset
+    What the argument does not cover is checked here, at no cost per node: the model-level fields
+    (the IR version must allow the opsets imported). The cases it relies on are tested in
+    ``tests/test_validation_gate.py``. Then :func:`lowerer.runtime_gate.check_runtime` (onnxruntime,
+    per op-version and per rewrite pattern, never the whole model).
 
-    opset = default_opset(converted.opset_import)
-    if opset is not None and not MIN_ORT_OPSET <= opset <= max_ort_opset():
-        return None
-    import onnxruntime
-
-    from lowerer.verification.runner import quiet_session_options
-
-    try:
-        onnxruntime.InferenceSession(converted.SerializeToString(), quiet_session_options(),
-                                     providers=["CPUExecutionProvider"])
-    except Exception as e:
-        return " ".join(str(e).split()).replace("[ONNXRuntimeError] : ", "")
-    return None
-
-
-#: Converted models up to this many main-graph nodes are opened in onnxruntime before they are returned;
-#: larger ones are left to ``verify_model`` (opening costs ~60 us per node: 3 s at 50k nodes).
-ORT_LOAD_CHECK_MAX_NODES = 20_000
-
-
-def validate_output(converted: onnx.ModelProto, source: onnx.ModelProto | bytes | None, target: int | None,
-                    report: Report) -> None:
-    """The validation pass: :func:`check_output`, then whether onnxruntime opens the result.
+    Args:
+        converted: the converted model.
+        source: the input (its bytes, or the model), to name it when it fails too.
+        report: the conversion's report (``strictly_checked``: the composition holds; ``notes``
+            receives what onnxruntime cannot verify).
+        target: the target opset (for messages).
+        input_checked: the input passed ``onnx.checker.check_model`` on the way in.
 
     Raises:
-        ConversionError: the converted model fails the checks and the input passes them.
-        InputError: the input itself fails onnx's full check.
+        ConversionError: the converted model fails (a gap in lowerer), or onnxruntime opens a
+            rewrite's original but not its replacement.
+        InputError: the input fails onnx's full check.
     """
-    from lowerer.model_io import external_data_locations
+    from lowerer.runtime_gate import check_runtime
 
-    check_output(converted, source, target, input_strict=report.strictly_checked)
-    if len(converted.graph.node) > ORT_LOAD_CHECK_MAX_NODES or external_data_locations(converted):
+    if not report.strictly_checked or not input_checked:
+        check_output(converted, source, target, input_strict=report.strictly_checked)
+    else:
+        _check_model_fields(converted)
+    check_runtime(converted, report, source if isinstance(source, bytes) else None)
+
+
+def _check_model_fields(converted: onnx.ModelProto) -> None:
+    """Refuse an IR version older than the opsets imported need (what the composition does not cover)."""
+    try:
+        needed = onnx.helper.find_min_ir_version_for(list(converted.opset_import), ignore_unknown=True)
+    except Exception:  # an opset this onnx does not know: left to the structure check on the way in
         return
-    why = check_loads(converted)
-    if why is None:
-        return
-    if source is not None:
-        original = as_model(source)
-        if not ort_supports(original) or check_loads(original) is not None:
-            # Nothing to compare with: onnxruntime does not open the input either (or not its opset).
-            report.notes.append(f"onnxruntime does not open the converted model ({why}), nor the input")
-            return
-    raise ConversionError(f"onnxruntime does not open the converted model ({why}), though it opens the input; "
-                          "the conversion is refused (a gap in lowerer, please report it)")
+    if converted.ir_version < needed:
+        raise ConversionError(f"the converted model has IR version {converted.ir_version}, but its opsets need "
+                              f"{needed}; this is a gap in lowerer, please report it")

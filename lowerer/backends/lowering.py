@@ -113,7 +113,7 @@ def prove(model: onnx.ModelProto, plan: BackendPlan, report: Report, data_dir: o
     from lowerer.errors import VerificationError
     from lowerer.model_io import external_data_locations
     from lowerer.opsets import default_opset
-    from lowerer.validation import MIN_ORT_OPSET, max_ort_opset
+    from lowerer.ort_support import MIN_ORT_OPSET, max_ort_opset
 
     provider = plan.profile.provider
     opset = default_opset(model.opset_import)
