@@ -124,18 +124,22 @@ def iter_owned_tensors(model: onnx.ModelProto) -> Iterator[tuple[onnx.TensorProt
 
     def from_nodes(nodes: object, where: str) -> Iterator[tuple[onnx.TensorProto, str]]:
         for node in nodes:  # type: ignore[attr-defined]
-            label = f"node {node.name!r}" if node.name else f"a {node.op_type} node"
+            if not node.attribute:
+                continue
             for attr in node.attribute:
+                has_t, has_sparse, has_g = attr.HasField("t"), attr.HasField("sparse_tensor"), attr.HasField("g")
+                if not (has_t or has_sparse or has_g or attr.tensors or attr.sparse_tensors or attr.graphs):
+                    continue  # most attributes hold no tensor: no label is made for them
+                label = f"node {node.name!r}" if node.name else f"a {node.op_type} node"
                 at = f"{label} ({node.op_type}, in {where}) attribute {attr.name!r}"
-                if attr.HasField("t"):
+                if has_t:
                     yield attr.t, at
                 for t in attr.tensors:
                     yield t, at
-                sparse = [attr.sparse_tensor] if attr.HasField("sparse_tensor") else []
-                for s in (*sparse, *attr.sparse_tensors):
+                for s in (*([attr.sparse_tensor] if has_sparse else []), *attr.sparse_tensors):
                     yield s.values, f"{at} values"
                     yield s.indices, f"{at} indices"
-                if attr.HasField("g"):
+                if has_g:
                     yield from from_graph(attr.g, f"{where}/{node.name or node.op_type}.{attr.name}")
                 for g in attr.graphs:
                     yield from from_graph(g, f"{where}/{node.name or node.op_type}.{attr.name}")

@@ -21,7 +21,7 @@ from onnx import TensorProto, helper
 import lowerer
 from lowerer.cli import main
 from lowerer.errors import ConversionError, InputError
-from lowerer.report import Rewrite
+from lowerer.report import Crossing, Rewrite
 from lowerer.validation import NodeGate, RewriteChecker
 
 
@@ -154,7 +154,8 @@ def _rewrite(replacement: list[onnx.NodeProto]) -> Rewrite:
     original = helper.make_node("Relu", ["x"], ["y"])
     return Rewrite(node="n", op_type="Relu", scope="graph", from_version=6, to_opset=13, rule="test",
                    emitted=[n.op_type for n in replacement], original=original, replacement=replacement,
-                   from_opset=11, input_types={"x": (TensorProto.FLOAT, [2, 3])}, steps=["test"])
+                   from_opset=11, input_types={"x": (TensorProto.FLOAT, [2, 3])},
+                   crossings=[Crossing("rule", "test", "Relu", 6, None, 13)])
 
 
 def test_rewrite_checker_refuses_a_replacement_whose_output_type_differs() -> None:

@@ -183,7 +183,8 @@ class StepEngine:
         if sv is None or tv is None:
             return False
         if self.registry.span_rule(op) is not None:
-            return self.registry.resolve(op, sv, target, self.request) is None
+            resolution = self.registry.resolve(op, sv, target, self.request)
+            return resolution is None or resolution.entry.kind == "same-meaning"
         direction = DOWN if tv < sv else UP
         v = sv
         while v != tv:
