@@ -25,29 +25,10 @@ JOBS = 2
 TARGETS = ("-1", "11")
 
 
-_SCAN_SHAPES = ("INVALID: onnxruntime cannot run the Scan of these expanded LinearAttention models at opset 11/13 "
-                "('Subgraph must have the shape set for all outputs'): the body states no output shapes and none can "
-                "be inferred (its inputs state none); the model passes onnx's full check and loads, and the same "
-                "conversion to 14-26 runs")
-
 #: (case, target) -> exit 0 with a model the checker or ORT rejects (INVALID), or whose outputs differ
-#: (WRONG). Remove an entry when it is fixed.
-KNOWN_INVALID: dict[tuple[str, int], str] = {
-    ("test_linear_attention_decode_step_expanded", 11): _SCAN_SHAPES,
-    ("test_linear_attention_delta_expanded", 11): _SCAN_SHAPES,
-    ("test_linear_attention_explicit_scale_expanded", 11): _SCAN_SHAPES,
-    ("test_linear_attention_fp16_expanded", 11): _SCAN_SHAPES,
-    ("test_linear_attention_gated_delta_beta_scalar_expanded", 11): _SCAN_SHAPES,
-    ("test_linear_attention_gated_delta_expanded", 11): _SCAN_SHAPES,
-    ("test_linear_attention_gated_delta_gqa_expanded", 11): _SCAN_SHAPES,
-    ("test_linear_attention_gated_delta_mqa_expanded", 11): _SCAN_SHAPES,
-    ("test_linear_attention_gated_expanded", 11): _SCAN_SHAPES,
-    ("test_linear_attention_gated_per_head_decay_expanded", 11): _SCAN_SHAPES,
-    ("test_linear_attention_linear_expanded", 11): _SCAN_SHAPES,
-    ("test_linear_attention_linear_t1_no_past_expanded", 11): _SCAN_SHAPES,
-    ("test_linear_attention_no_past_explicit_zeros_expanded", 11): _SCAN_SHAPES,
-    ("test_linear_attention_prefill_with_past_expanded", 11): _SCAN_SHAPES,
-}
+#: (WRONG). Remove an entry when it is fixed. (The expanded LinearAttention cases whose Scan body states
+#: no output shapes are refused below opset 14 now.)
+KNOWN_INVALID: dict[tuple[str, int], str] = {}
 
 
 @pytest.fixture(scope="module")
@@ -159,3 +140,12 @@ def test_ulp_measure() -> None:
     assert compare([want], [want]).exact
     assert not compare([np.array([1, 2])], [np.array([1, 3])]).same
     assert compare([one_ulp_at_2], [want], max_ulp=1).same and not compare([one_ulp_at_2], [want]).same
+
+
+def test_expanded_scan_without_body_shapes_is_refused_below_14() -> None:
+    """LinearAttention's body runs a Scan whose outputs state no shape: refused at 11/13, not returned unrunnable."""
+    import lowerer
+
+    (case,) = load_cases("^test_linear_attention_linear_expanded$")
+    with pytest.raises(lowerer.ConversionError, match=r"states no shape for output.*below opset 14"):
+        lowerer.convert(case.model, target_opset=13, verify=False)

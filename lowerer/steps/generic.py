@@ -516,6 +516,9 @@ def _inputs_to_attributes(em: Emitter, node: onnx.NodeProto, step: Step, moved: 
                       f"attribute of {_label(step, True)} would read as absent, which may mean something else; "
                       "give the node non-empty values or keep an opset >= "
                       f"{step.version}")
+        if kind in (attr_type.INTS, attr_type.INT) and value.dtype.kind not in "iub":
+            em.refuse(f"{change.attr!r} is an integer attribute in {_label(step, True)}, and input {name!r} "
+                      f"holds {value.dtype}")
         if kind == attr_type.INTS:
             set_attribute(node, change.attr, [int(v) for v in flat])
         elif kind == attr_type.INT:
