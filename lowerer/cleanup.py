@@ -21,15 +21,19 @@ from lowerer.scopes import iter_scopes, used_names
 __all__ = ["remove_dead"]
 
 
-def remove_dead(model: onnx.ModelProto, rewrites: Iterable[Rewrite]) -> int:
-    """Remove, in place, the initializers and Constant nodes only ``rewrites``' nodes read; how many were removed."""
+def remove_dead(model: onnx.ModelProto, rewrites: Iterable[Rewrite], read: set[str] | None = None) -> int:
+    """Remove, in place, the initializers and Constant nodes only ``rewrites``' nodes read; how many were removed.
+
+    ``read``: every name read in the converted model, when the conversion walk collected it (else the model
+    is scanned).
+    """
     candidates: dict[str, set[str]] = {}
     for r in rewrites:
         if r.original is not None:
             candidates.setdefault(r.scope, set()).update(n for n in r.original.input if n)
     if not candidates:
         return 0
-    used = used_names(model)
+    used = read if read is not None else used_names(model)
     dead = {scope: names - used for scope, names in candidates.items() if names - used}
     if not dead:
         return 0

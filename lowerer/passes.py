@@ -170,7 +170,7 @@ class CleanupPass(Pass):
     def run(self, state: State) -> None:
         from lowerer.cleanup import remove_dead
 
-        removed = remove_dead(state.model, state.report.rewrites)
+        removed = remove_dead(state.model, state.report.rewrites, state.report.read_names)
         if removed:
             logger.info("removed %d value(s) the rewrites left unread", removed)
 

@@ -20,7 +20,7 @@ from lowerer.naming import NameGenerator, node_label
 from lowerer.opsets import choose_ir_version, default_opset, is_default_domain, since_version
 from lowerer.report import Report, Rewrite
 from lowerer.rules import REGISTRY
-from lowerer.scopes import Scope, iter_scopes, subgraphs_of, used_names
+from lowerer.scopes import Scope, iter_scopes, subgraphs_of, used_names, used_names_of
 from lowerer.shapes import ShapeIndex
 from lowerer.steps.engine import Conversion, Picker, StepEngine
 from lowerer.steps.registry import NO_REQUEST, Request
@@ -52,6 +52,9 @@ class _Run:
         self.constants = ConstantIndex(model, lambda scope, name: _static_dims(self.shapes, scope, name),
                                        lambda scope, name: _rank(self.shapes, scope, name))
         self._used: set[str] | None = None
+        #: Every name read after the walk: by the nodes kept, the replacements (subgraphs included), and as
+        #: graph or function outputs.
+        self.reads: set[str] = set()
         self.engine = StepEngine(REGISTRY, self.names, self.shapes, self.constants, request, self.used,
                                  picker, picked_ops)  # picker: --for BACKEND (lowerer.backends)
         self._gates: dict[int, NodeGate] = {}
@@ -76,6 +79,8 @@ class _Run:
         engine = self.engine
         # Per op: True when every node of it is left alone (decided once per op and opsets).
         untouched = engine.untouched_table(source, target) if source is not None and target is not None else {}
+        read = self.reads.update  # what every node reads once the walk is done (for the clean-up pass)
+        read(o.name for o in scope.holder.output) if scope.graph is not None else read(scope.holder.output)
         for index, node in enumerate(nodes):
             replacement: list[onnx.NodeProto] | None = None
             domain = node.domain
@@ -98,8 +103,11 @@ class _Run:
                 if rebuilt is None:
                     rebuilt, first = [], index
                 rebuilt.extend(replacement)
-            elif rebuilt is not None:
-                rebuilt.append(node)
+                self.reads |= used_names_of(replacement)
+            else:
+                read(node.input)
+                if rebuilt is not None:
+                    rebuilt.append(node)
         if rebuilt is not None:
             # Dropping the tail and appending the kept nodes back copies each once (extend copies); the
             # dropped messages stay valid (upb frees nothing of a live model's arena), so ``rebuilt``
@@ -358,6 +366,8 @@ def run_pipeline(
             _set_default_opset(function.opset_import, target_opset, add=False)
     model.ir_version = choose_ir_version(model.ir_version, model.opset_import, bool(model.functions))
     run.report.strictly_checked = bool(run.shapes.input_strict) and run.strict.complete
+    run.reads.discard("")
+    run.report.read_names = run.reads
     return run.report
 
 

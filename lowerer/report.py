@@ -215,6 +215,8 @@ class Report:
     #: Whether the input passed onnx's strict inference during the conversion, and every distinct
     #: rewrite passed its own (what lets the validation gate skip the whole-model inference).
     strictly_checked: bool = field(default=False, repr=False, metadata={INTERNAL: True})
+    #: Every name read once the conversion walk was done (None: not collected): the clean-up pass's input.
+    read_names: set[str] | None = field(default=None, repr=False, metadata={INTERNAL: True})
     #: ``for_backend`` (``--for``): the backend, the nodes its profile named, what was rewritten, what was
     #: left (with ``allow_fallback``), and the placement: proven, or per the profile, not proven here.
     backend: dict[str, Any] | None = None

@@ -24,6 +24,7 @@ __all__ = [
     "node_graphs",
     "subgraphs_of",
     "used_names",
+    "used_names_of",
     "walk_graphs",
     "walk_nodes",
 ]
@@ -194,22 +195,23 @@ def iter_scopes(model: onnx.ModelProto) -> Iterator[Scope]:
 
 def used_names(model: onnx.ModelProto) -> set[str]:
     """Every name any node anywhere reads, and every graph and function output."""
-    used: set[str] = set()
-
-    def graph(g: onnx.GraphProto) -> None:
-        used.update(o.name for o in g.output)
-        nodes(g.node)
-
-    def nodes(ns: Iterable[onnx.NodeProto]) -> None:
-        for n in ns:
-            used.update(n.input)
-            if n.attribute:
-                for g in node_graphs(n):
-                    graph(g)
-
-    graph(model.graph)
+    used = used_names_of(model.graph.node)
+    used.update(o.name for o in model.graph.output)
     for f in model.functions:
         used.update(f.output)
-        nodes(f.node)
+        used |= used_names_of(f.node)
     used.discard("")
+    return used
+
+
+def used_names_of(nodes: Iterable[onnx.NodeProto]) -> set[str]:
+    """Every name ``nodes`` read, their subgraphs' nodes and outputs included."""
+    used: set[str] = set()
+    read = used.update
+    for n in nodes:
+        read(n.input)
+        if n.attribute:
+            for g in node_graphs(n):
+                read(o.name for o in g.output)
+                used |= used_names_of(g.node)
     return used

@@ -61,17 +61,19 @@ def check_structure(model: onnx.ModelProto, *, source: str, serialized: bytes | 
             raise InputError(f"{source}: function {function.domain}.{function.name} is defined twice; give each "
                              "function once")
         seen.add(key)
+    checked = True  # onnx's checker passed: each attribute holds the one field its type names
     if file and (path is not None or serialized is not None):
         _run_checker(str(path) if path is not None else serialized, source)  # type: ignore[arg-type]
     elif not _passes_checker(serialized):
         _Walk(model, source).run()
+        checked = False
     for function in model.functions:
         _check_function_outputs(function, source)
-    _check_tensors(model, source)
+    _check_tensors(model, source, typed=checked)
 
 
-def _check_tensors(model: onnx.ModelProto, source: str) -> None:
-    for tensor, owner in iter_owned_tensors(model):
+def _check_tensors(model: onnx.ModelProto, source: str, typed: bool) -> None:
+    for tensor, owner in iter_owned_tensors(model, typed=typed):
         problem = tensor_problem(tensor)
         if problem is not None:
             raise InputError(f"{source}: {owner}: the tensor {problem}")

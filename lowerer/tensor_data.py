@@ -107,11 +107,18 @@ def read_array(tensor: onnx.TensorProto, owner: str) -> np.ndarray:
     raise InputError(f"{owner}: the tensor {problem}")
 
 
-def iter_owned_tensors(model: onnx.ModelProto) -> Iterator[tuple[onnx.TensorProto, str]]:
+#: Attribute types that hold tensors or graphs.
+_HOLDERS = frozenset({onnx.AttributeProto.TENSOR, onnx.AttributeProto.TENSORS, onnx.AttributeProto.SPARSE_TENSOR,
+                      onnx.AttributeProto.SPARSE_TENSORS, onnx.AttributeProto.GRAPH, onnx.AttributeProto.GRAPHS})
+
+
+def iter_owned_tensors(model: onnx.ModelProto, typed: bool = False) -> Iterator[tuple[onnx.TensorProto, str]]:
     """Every TensorProto in the model with a label naming where it is (for messages).
 
     Initializers, sparse initializers' values and indices, and tensor attributes of every node, in
-    all graphs at any depth and in model-local functions.
+    all graphs at any depth and in model-local functions. ``typed``: onnx's checker passed the model, so
+    each attribute holds exactly the field its type names, and only tensor- and graph-typed attributes
+    are looked into (else every attribute's fields are, whatever its stated type).
     """
 
     def from_graph(graph: onnx.GraphProto, where: str) -> Iterator[tuple[onnx.TensorProto, str]]:
@@ -127,6 +134,8 @@ def iter_owned_tensors(model: onnx.ModelProto) -> Iterator[tuple[onnx.TensorProt
             if not node.attribute:
                 continue
             for attr in node.attribute:
+                if typed and attr.type not in _HOLDERS:
+                    continue
                 has_t, has_sparse, has_g = attr.HasField("t"), attr.HasField("sparse_tensor"), attr.HasField("g")
                 if not (has_t or has_sparse or has_g or attr.tensors or attr.sparse_tensors or attr.graphs):
                     continue  # most attributes hold no tensor: no label is made for them
