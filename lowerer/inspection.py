@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import os
-import re
 from typing import Any
 
 import onnx
@@ -12,7 +11,8 @@ from lowerer.errors import ConversionError, InputError
 from lowerer.opsets import MAX_OPSET, MIN_OPSET, default_opset, is_default_domain, since_version
 from lowerer.scopes import iter_scopes, node_graphs
 
-__all__ = ["OWNED_OPS", "inspect_backend", "inspect_model", "limit", "opset_reach", "owned_nodes", "reachable_opsets"]
+__all__ = ["OWNED_OPS", "inspect_backend", "inspect_model", "opset_reach", "opset_reach_by_conversions", "owned_nodes",
+           "reachable_opsets"]
 
 #: Ops lowerer converts or decomposes itself.
 OWNED_OPS = frozenset({"Hardmax", "Softmax", "LogSoftmax", "ArgMax", "ArgMin", "GlobalMaxPool"})
@@ -46,28 +46,29 @@ def _attempt(model: onnx.ModelProto, target: int | None, decompose: Any) -> tupl
     return result.report, None
 
 
-#: How a refusal names its node: ``node 'tri' (Trilu-14, in graph)`` (or ``<unnamed Op>``).
-_NODE = re.compile(r"^node ('(?:[^'\\]|\\.)*'|\"(?:[^\"\\]|\\.)*\"|<unnamed [^>]*>) \((\w+)-(\d+), in ([^)]*)\)")
-
-
-def limit(opset: int, refusal: str) -> dict[str, Any]:
-    """What stops a reach search at ``opset``: the refusal and the node it names (label, op, version, scope)."""
-    found = _NODE.match(refusal)
-    record: dict[str, Any] = {"opset": opset, "node": None, "op_type": None, "version": None, "scope": None,
-                              "refusal": refusal}
-    if found:
-        record.update(node=found.group(1), op_type=found.group(2), version=int(found.group(3)), scope=found.group(4))
-    return record
-
-
 def opset_reach(model: onnx.ModelProto, decompose: Any = ()) -> dict[str, Any]:
     """The lowest and highest default-domain opsets ``model`` converts to, and what limits each.
 
     Both are searched outwards from the model's own opset, one opset at a time, and stop at the
     first refusal: every opset in between is reachable. ``lowest_limit`` / ``highest_limit`` hold
-    that refusal (see :func:`limit`: the opset refused, the node it names, the message), or None
-    where the search ran out of opsets (:data:`MIN_OPSET`, :data:`MAX_OPSET`).
+    that refusal (see :func:`lowerer.reach.limit`: the opset refused, the node it names, the message),
+    or None where the search ran out of opsets (:data:`MIN_OPSET`, :data:`MAX_OPSET`). Each opset is
+    judged on the model's nodes, one per pattern, for about the cost of one conversion
+    (:class:`lowerer.reach.NodeReach`); :func:`opset_reach_by_conversions` converts the whole model to
+    each opset instead.
     """
+    from lowerer.options import normalize_decompose
+    from lowerer.reach import NodeReach
+
+    if default_opset(model.opset_import) is None:
+        raise InputError("the model does not import the default domain: it has no opset to convert")
+    return NodeReach(model, normalize_decompose(decompose)).search()
+
+
+def opset_reach_by_conversions(model: onnx.ModelProto, decompose: Any = ()) -> dict[str, Any]:
+    """:func:`opset_reach` by converting the whole model (unverified) to each opset in turn (slow; the reference)."""
+    from lowerer.reach import limit
+
     source = default_opset(model.opset_import)
     if source is None:
         raise InputError("the model does not import the default domain: it has no opset to convert")

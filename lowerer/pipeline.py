@@ -26,7 +26,8 @@ from lowerer.steps.engine import Conversion, Picker, StepEngine
 from lowerer.steps.registry import NO_REQUEST, Request
 from lowerer.validation import NodeGate, RewriteChecker
 
-__all__ = ["Verifier", "run_pipeline"]
+__all__ = ["SCAN_NEEDS_SHAPES_BELOW", "ConversionWalk", "Verifier", "refuse_unshaped_scan_body", "run_pipeline",
+           "unshaped_scan_output"]
 
 logger = logging.getLogger(__name__)
 
@@ -39,7 +40,9 @@ _CONTROL_FLOW = frozenset({"If", "Loop", "Scan", "SequenceMap"})
 _FED_AS_IS_MAX = 1 << 16
 
 
-class _Run:
+class ConversionWalk:
+    """One conversion walk's context (names, facts, engine, report) and the walk itself."""
+
     def __init__(self, model: onnx.ModelProto, target: int | None, request: Request,
                  verifier: Verifier | None, serialized: bytes | None = None, picker: Picker | None = None,
                  picked_ops: frozenset[str] = frozenset()) -> None:
@@ -69,6 +72,7 @@ class _Run:
         return name in self._used
 
     def scope(self, scope: Scope) -> None:
+        """Take every node of ``scope`` (and of the subgraphs below it) to the target, in place."""
         source = scope.opset
         target = self.target if self.target is not None else source
         nodes = scope.holder.node
@@ -126,12 +130,13 @@ class _Run:
                 self.model.ir_version = 4
 
     def subgraphs(self, node: onnx.NodeProto, index: int, scope: Scope) -> None:
+        """Walk ``node``'s subgraphs (a Scan's body then states the shapes onnxruntime's older Scan needs)."""
         for attr_name, position, graph in subgraphs_of(node):
             child = scope.child(index, node, attr_name, position, graph)
             self.scope(child)
             if node.op_type == "Scan" and self.target is not None and self.target != scope.opset:
                 self._state_body_output_shapes(child, graph)
-                _refuse_unshaped_scan_body(node, scope, graph, scope.opset, self.target)
+                refuse_unshaped_scan_body(node, scope, self.shapes, child, scope.opset, self.target)
 
     def _state_body_output_shapes(self, scope: Scope, graph: onnx.GraphProto) -> None:
         """Write into a Scan body's outputs the shapes onnx infers where the body states none.
@@ -156,6 +161,7 @@ class _Run:
 
     def node(self, node: onnx.NodeProto, index: int, scope: Scope, source: int, target: int,
              new_constants: list[onnx.TensorProto]) -> list[onnx.NodeProto] | None:
+        """The nodes replacing ``node`` at ``target`` (None: it stays), recorded, checked and verified."""
         conversion = self.engine.convert(node, scope, source, target)
         if conversion is None:
             return None
@@ -287,18 +293,31 @@ def _rule_name(conversion: Conversion) -> str:
 SCAN_NEEDS_SHAPES_BELOW = 14
 
 
-def _refuse_unshaped_scan_body(node: onnx.NodeProto, scope: Scope, body: onnx.GraphProto, source: int | None,
-                               target: int) -> None:
-    """Refuse taking a Scan below 14 from 14 or above when its body states no shape for an output."""
+def unshaped_scan_output(shapes: ShapeIndex, body: Scope) -> str | None:
+    """The first output of a Scan ``body`` that states no shape and has none onnx infers, or None."""
+    assert isinstance(body.holder, onnx.GraphProto)
+    for out in body.holder.output:
+        if out.type.HasField("tensor_type") and out.type.tensor_type.HasField("shape"):
+            continue
+        vt = shapes.lookup(body, out.name, lambda vt: vt[1] is not None)
+        if vt is None or vt[1] is None:
+            return str(out.name)
+    return None
+
+
+def refuse_unshaped_scan_body(node: onnx.NodeProto, scope: Scope, shapes: ShapeIndex, body: Scope,
+                               source: int | None, target: int) -> None:
+    """Refuse taking a Scan below 14 from 14 or above when its body has an output of no known shape."""
     if source is None or not target < SCAN_NEEDS_SHAPES_BELOW <= source:
         return
-    for out in body.output:
-        if not out.type.HasField("tensor_type") or not out.type.tensor_type.HasField("shape"):
-            raise ConversionError(
-                f"node {node_label(node)} (Scan, in {scope.path}) cannot be converted to opset {target}: its body "
-                f"states no shape for output {out.name!r} and none can be inferred, and onnxruntime's Scan below "
-                f"opset {SCAN_NEEDS_SHAPES_BELOW} cannot run such a body; the lowest opset this node can be taken "
-                f"to is {SCAN_NEEDS_SHAPES_BELOW} (or state the body's output shapes)", node=node, scope=scope.path)
+    unshaped = unshaped_scan_output(shapes, body)
+    if unshaped is not None:
+        raise ConversionError(
+            f"node {node_label(node)} (Scan-{since_version('Scan', source)}, in {scope.path}) cannot be converted to "
+            f"opset {target}: its body "
+            f"states no shape for output {unshaped!r} and none can be inferred, and onnxruntime's Scan below "
+            f"opset {SCAN_NEEDS_SHAPES_BELOW} cannot run such a body; the lowest opset this node can be taken "
+            f"to is {SCAN_NEEDS_SHAPES_BELOW} (or state the body's output shapes)", node=node, scope=scope.path)
 
 
 def _constants_as_nodes(conversion: Conversion) -> Conversion:
@@ -348,7 +367,7 @@ def run_pipeline(
         report = Report(target_opset=None, decompose=())
         report.source_opset = source_opset
         return report
-    run = _Run(model, target_opset, request, verifier, serialized, picker, picked_ops)
+    run = ConversionWalk(model, target_opset, request, verifier, serialized, picker, picked_ops)
     run.report.source_opset = source_opset
     # The scan makes many small objects and no reference cycles: the cyclic collector's full passes
     # over them cost time that grows faster than the model (about 12% at 200k nodes). Off meanwhile.

@@ -11,7 +11,8 @@ from click.testing import CliRunner
 from onnx import TensorProto, helper
 
 from lowerer.cli import main
-from lowerer.inspection import limit, opset_reach, reachable_opsets
+from lowerer.inspection import opset_reach, reachable_opsets
+from lowerer.reach import limit
 
 ROOT = Path(__file__).resolve().parent.parent
 EXAMPLE = ROOT / "examples" / "example_opset11.onnx"

@@ -1,0 +1,131 @@
+"""The opsets a model reaches (``inspect --reach``), for about the price of one conversion.
+
+A conversion is refused by a node: the step engine refusing it, the check of its replacement
+(schema, strict inference and onnxruntime opening the rewrite alone), or a Scan whose body has outputs of no known
+shape going below 14. So the search asks exactly that of the model's nodes, on one working
+copy whose facts (types, constants) are gathered once, as a conversion gathers them: the lowest and
+the highest opset are searched outwards from the model's own, one opset at a time, and stop at the
+first refusal, as converting to each opset would. Per opset, the ops the engine leaves alone are
+skipped without looking at a node (as in a conversion), and of the other nodes one per pattern is
+converted: the op, its since-version, its attributes, its inputs' types and constant values and which
+of its outputs are read; nodes alike in all of these are converted alike, and the refusal reported
+is that of a node of the model. The whole-model validation is not run: it refuses only lowerer's
+own gaps (see :mod:`lowerer.validation`).
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+import onnx
+
+from lowerer.errors import ConversionError
+from lowerer.opsets import MAX_OPSET, MIN_OPSET, default_opset
+from lowerer.options import request_for
+from lowerer.pipeline import ConversionWalk, refuse_unshaped_scan_body
+from lowerer.runtime_gate import check_rewrite_opens
+from lowerer.scopes import Scope, iter_scopes
+
+__all__ = ["NodeReach", "limit"]
+
+#: How a refusal names its node: ``node 'tri' (Trilu-14, in graph)`` (or ``<unnamed Op>``).
+_NODE = re.compile(r"^node ('(?:[^'\\]|\\.)*'|\"(?:[^\"\\]|\\.)*\"|<unnamed [^>]*>) \((\w+)-(\d+), in ([^)]*)\)")
+
+
+def limit(opset: int, refusal: str) -> dict[str, Any]:
+    """What stops a reach search at ``opset``: the refusal and the node it names (label, op, version, scope)."""
+    found = _NODE.match(refusal)
+    record: dict[str, Any] = {"opset": opset, "node": None, "op_type": None, "version": None, "scope": None,
+                              "refusal": refusal}
+    if found:
+        record.update(node=found.group(1), op_type=found.group(2), version=int(found.group(3)), scope=found.group(4))
+    return record
+
+
+
+class NodeReach:
+    """Whether each opset is reachable, judged on one node per pattern.
+
+    Args:
+        model: the model (only read: nothing is converted in it).
+        names: the decomposition names asked for (as :func:`lowerer.options.normalize_decompose` gives them).
+    """
+
+    def __init__(self, model: onnx.ModelProto, names: frozenset[str]) -> None:
+        self.source = default_opset(model.opset_import)
+        self._walk = ConversionWalk(model, None, request_for(names), None)
+        #: Default-domain nodes by (scope opset, op): the engine decides per op whether any needs looking at.
+        self._by_op: dict[tuple[int, str], list[tuple[Scope, int, onnx.NodeProto]]] = {}
+        for root in iter_scopes(model):
+            for scope, index, node in root.walk():
+                if node.domain in ("", "ai.onnx") and scope.opset is not None:
+                    self._by_op.setdefault((scope.opset, node.op_type), []).append((scope, index, node))
+        self._patterns: dict[tuple[int, str], list[tuple[Scope, int, onnx.NodeProto]]] = {}
+        self._refused: dict[int, str | None] = {}
+
+    def _distinct(self, key: tuple[int, str]) -> list[tuple[Scope, int, onnx.NodeProto]]:
+        """One node of ``key``'s nodes per pattern (facts gathered the first time an op needs them)."""
+        found = self._patterns.get(key)
+        if found is None:
+            seen: set[object] = set()
+            found = self._patterns[key] = []
+            for scope, index, node in self._by_op[key]:
+                pattern = self._pattern(scope, node)
+                if pattern not in seen:
+                    seen.add(pattern)
+                    found.append((scope, index, node))
+        return found
+
+    def _pattern(self, scope: Scope, node: onnx.NodeProto) -> object:
+        if node.attribute and any(a.type in (onnx.AttributeProto.GRAPH, onnx.AttributeProto.GRAPHS)
+                                  for a in node.attribute):
+            return id(node)  # a control-flow node: its bodies decide
+        walk = self._walk
+        types = tuple(walk.shapes.lookup(scope, n) if n else None for n in node.input)
+        values = []
+        for n in node.input:
+            value = walk.constants.value(scope, n) if n else None
+            values.append(None if value is None else (str(value.dtype), value.shape, value.tobytes()))
+        attrs = tuple(a.SerializeToString() for a in node.attribute)
+        used = tuple(bool(o) and walk.used(o) for o in node.output)
+        return (repr(types), tuple(values), attrs, used, len(node.input))
+
+    def refusal(self, target: int) -> str | None:
+        """Why converting the model to ``target`` is refused (a node's refusal), or None when it is not."""
+        if target not in self._refused:
+            self._refused[target] = self._first_refusal(target)
+        return self._refused[target]
+
+    def _first_refusal(self, target: int) -> str | None:
+        walk, engine = self._walk, self._walk.engine
+        for (opset, op), nodes in self._by_op.items():
+            if engine.leaves(nodes[0][2], opset, target) and op != "Scan":
+                continue
+            for scope, index, node in self._distinct((opset, op)):
+                try:
+                    if op == "Scan":
+                        for child in scope.children(index, node):
+                            refuse_unshaped_scan_body(node, scope, walk.shapes, child, opset, target)
+                    if not engine.leaves(node, opset, target) and \
+                            walk.node(node, index, scope, opset, target, []) is not None:  # node gate, inference
+                        check_rewrite_opens(walk.report.rewrites[-1], walk.report)  # onnxruntime opens it
+                except ConversionError as e:
+                    return str(e)
+        return None
+
+    def search(self) -> dict[str, Any]:
+        """The lowest and highest reachable opsets and what limits each (see :func:`limit`)."""
+        if self.source is None:
+            raise ValueError("the model imports no default-domain opset")
+        found: dict[str, Any] = {}
+        for key, step, end in (("lowest", -1, MIN_OPSET), ("highest", 1, MAX_OPSET)):
+            opset, stop = self.source, None
+            while opset != end:
+                refused = self.refusal(opset + step)
+                if refused is not None:
+                    stop = limit(opset + step, refused)
+                    break
+                opset += step
+            found[key], found[f"{key}_limit"] = opset, stop
+        return found
