@@ -96,7 +96,11 @@ def convert(
             place). Each goes through the same checks
             (:func:`lowerer.structure.check_structure`, :func:`lowerer.model_io.check_external_data`).
         target_opset: the default-domain opset to convert to; None keeps the model's.
-        decompose: names of decompositions to apply (``hardmax``, ``globalmaxpool``, ``all``).
+        decompose: decompositions to apply, a list of names or a comma-separated string,
+            case-insensitive: ``hardmax`` and ``globalmaxpool`` (lowerer's exact decompositions), ``all``
+            (both of those), or any op with a function body in onnx's schemas, expanded into that body
+            (``layernormalization``, ``gelu``, ``hardswish`` ...). Examples: ``["hardmax"]``,
+            ``"hardmax,layernormalization"``, ``"all"``.
         verify: run each rewrite before and after in onnxruntime and compare exactly.
         providers: onnxruntime execution providers to verify on (``cuda``, ``dml``, ``cpu`` or full
             names; a list or a comma-separated string), a strict list: one not installed is an error,

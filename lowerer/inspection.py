@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 from typing import Any
 
 import onnx
@@ -11,7 +12,7 @@ from lowerer.errors import ConversionError, InputError
 from lowerer.opsets import MAX_OPSET, MIN_OPSET, default_opset, is_default_domain, since_version
 from lowerer.scopes import iter_scopes, node_graphs
 
-__all__ = ["OWNED_OPS", "inspect_backend", "inspect_model", "owned_nodes", "reachable_opsets"]
+__all__ = ["OWNED_OPS", "inspect_backend", "inspect_model", "limit", "opset_reach", "owned_nodes", "reachable_opsets"]
 
 #: Ops lowerer converts or decomposes itself.
 OWNED_OPS = frozenset({"Hardmax", "Softmax", "LogSoftmax", "ArgMax", "ArgMin", "GlobalMaxPool"})
@@ -45,29 +46,56 @@ def _attempt(model: onnx.ModelProto, target: int | None, decompose: Any) -> tupl
     return result.report, None
 
 
-def reachable_opsets(model: onnx.ModelProto, decompose: Any = ()) -> tuple[int, int]:
-    """The lowest and highest default-domain opsets ``model`` converts to (without verification).
+#: How a refusal names its node: ``node 'tri' (Trilu-14, in graph)`` (or ``<unnamed Op>``).
+_NODE = re.compile(r"^node ('(?:[^'\\]|\\.)*'|\"(?:[^\"\\]|\\.)*\"|<unnamed [^>]*>) \((\w+)-(\d+), in ([^)]*)\)")
+
+
+def limit(opset: int, refusal: str) -> dict[str, Any]:
+    """What stops a reach search at ``opset``: the refusal and the node it names (label, op, version, scope)."""
+    found = _NODE.match(refusal)
+    record: dict[str, Any] = {"opset": opset, "node": None, "op_type": None, "version": None, "scope": None,
+                              "refusal": refusal}
+    if found:
+        record.update(node=found.group(1), op_type=found.group(2), version=int(found.group(3)), scope=found.group(4))
+    return record
+
+
+def opset_reach(model: onnx.ModelProto, decompose: Any = ()) -> dict[str, Any]:
+    """The lowest and highest default-domain opsets ``model`` converts to, and what limits each.
 
     Both are searched outwards from the model's own opset, one opset at a time, and stop at the
-    first refusal: every opset in between is reachable.
+    first refusal: every opset in between is reachable. ``lowest_limit`` / ``highest_limit`` hold
+    that refusal (see :func:`limit`: the opset refused, the node it names, the message), or None
+    where the search ran out of opsets (:data:`MIN_OPSET`, :data:`MAX_OPSET`).
     """
     source = default_opset(model.opset_import)
     if source is None:
         raise InputError("the model does not import the default domain: it has no opset to convert")
-    low = source
-    while low > MIN_OPSET and _attempt(model, low - 1, decompose)[1] is None:
-        low -= 1
-    high = source
-    while high < MAX_OPSET and _attempt(model, high + 1, decompose)[1] is None:
-        high += 1
-    return low, high
+    found: dict[str, Any] = {}
+    for key, step, end in (("lowest", -1, MIN_OPSET), ("highest", 1, MAX_OPSET)):
+        opset, stop = source, None
+        while opset != end:
+            refused = _attempt(model, opset + step, decompose)[1]
+            if refused is not None:
+                stop = limit(opset + step, refused)
+                break
+            opset += step
+        found[key], found[f"{key}_limit"] = opset, stop
+    return found
+
+
+def reachable_opsets(model: onnx.ModelProto, decompose: Any = ()) -> tuple[int, int]:
+    """The lowest and highest default-domain opsets ``model`` converts to, unverified (see :func:`opset_reach`)."""
+    found = opset_reach(model, decompose)
+    return found["lowest"], found["highest"]
 
 
 def inspect_model(path: str | os.PathLike[str], *, target_opset: int | None = None,
                   decompose: Any = None, reach: bool = False) -> dict[str, Any]:
     """Describe the model at ``path``; with a target or decompositions, also the plan (a dry run).
 
-    With ``reach``, also the lowest and highest opsets the model converts to.
+    With ``reach``, also the lowest and highest opsets the model converts to, and the refusal
+    (and node) that limits each (:func:`opset_reach`).
     """
     from lowerer.model_io import load_model
     from lowerer.options import normalize_decompose
@@ -86,25 +114,23 @@ def inspect_model(path: str | os.PathLike[str], *, target_opset: int | None = No
         rewrites = [] if report is None else [r.to_dict() for r in report.rewrites]
         info["plan"] = {"rewrites": rewrites, "refused": refused}
     if reach:
-        low, high = reachable_opsets(model, names)
-        info["reachable_opsets"] = {"lowest": low, "highest": high}
+        info["reachable_opsets"] = opset_reach(model, names)
     return info
 
 
 def inspect_backend(path: object, for_backend: str, *, target_opset: int | None = None,
-                    decompose: str | list[str] | None = None) -> dict[str, Any]:
+                    decompose: str | list[str] | None = None, allow_fallback: bool = False) -> dict[str, Any]:
     """What ``--for BACKEND`` would do to the model at ``path`` (a dry run, nothing verified or written).
 
     Returns the backend, its provider, and one record per node the profile names: where it is, why
     the backend cannot run it (with the source), and what lowerer would do (the form and the ops it
-    emits, or why the node would stay). ``refused`` holds the refusal when the conversion itself
-    (target opset, decompositions) would be refused.
+    emits, or why the node would stay). ``refused`` holds the refusal ``convert`` would give with
+    the same options, ``allow_fallback`` included (None when it would convert): the conversion's own
+    (target opset, decompositions: no nodes then), or a node the backend cannot run and lowerer has
+    no exact form for (the nodes are listed too).
     """
-    from lowerer.backends.lowering import finish, make_plan
+    from lowerer.backends.lowering import make_plan
     from lowerer.model_io import load_model
-    from lowerer.options import normalize_decompose, request_for
-    from lowerer.pipeline import run_pipeline
-    from lowerer.steps.registry import PICKED
 
     plan = make_plan(for_backend, True)
     profile = plan.profile
@@ -112,18 +138,42 @@ def inspect_backend(path: object, for_backend: str, *, target_opset: int | None 
     info: dict[str, Any] = {"backend": profile.name, "spec": profile.spec, "provider": profile.provider,
                             "description": profile.description, "target_opset": target_opset,
                             "nodes": [], "refused": None}
+    source = None if allow_fallback else onnx.ModelProto.FromString(model.SerializeToString())
+    report, info["refused"] = _backend_dry_run(model, plan, target_opset, decompose)
+    if report is None:
+        return info
+    assert report.backend is not None
+    info["nodes"] = _backend_rows(report)
+    if source is not None and report.backend["left"]:  # convert would refuse: its own words
+        info["refused"] = _backend_dry_run(source, make_plan(for_backend, False), target_opset, decompose)[1]
+    return info
+
+
+def _backend_dry_run(model: onnx.ModelProto, plan: Any, target_opset: int | None,
+                     decompose: str | list[str] | None) -> tuple[Any, str | None]:
+    """(report, None) when the walk and the backend's finish pass on ``model`` (changed), else (None, refusal)."""
+    from lowerer.backends.lowering import finish
+    from lowerer.options import normalize_decompose, request_for
+    from lowerer.pipeline import run_pipeline
+
     try:
         report = run_pipeline(model, target_opset=target_opset, request=request_for(normalize_decompose(decompose)),
                               picker=plan.pick, picked_ops=plan.picked_ops)
         finish(model, plan, report, warn=False)
     except ConversionError as e:
-        info["refused"] = str(e)
-        return info
-    assert report.backend is not None
+        return None, str(e)
+    return report, None
+
+
+def _backend_rows(report: Any) -> list[dict[str, Any]]:
+    """One record per node the profile named: where, why, and what lowerer does with it."""
+    from lowerer.steps.registry import PICKED
+
     made = {(r.scope, r.node): r for r in report.rewrites if any(c.why == PICKED for c in r.crossings)}
     left = {(k["scope"], k["node"]): k for k in report.backend["left"]}
     rows = list(report.backend["named"])
     rows += [k for key, k in left.items() if not any((n["scope"], n["node"]) == key for n in rows)]
+    out = []
     for node in rows:
         key = (node["scope"], node["node"])
         record = dict(node)
@@ -137,8 +187,8 @@ def inspect_backend(path: object, for_backend: str, *, target_opset: int | None 
         else:
             record["lowerer"] = "no change needed at this opset"
             record["emitted"] = None
-        info["nodes"].append(record)
-    return info
+        out.append(record)
+    return out
 
 
 def _ops(nodes: list[onnx.NodeProto]) -> str:

@@ -7,9 +7,26 @@ from typing import Any
 
 import onnx_ir as ir
 
+from lowerer.errors import LowererError
 from lowerer.report import Report
 
-__all__ = ["LowerPass"]
+__all__ = ["LowerPass", "lowerer_error"]
+
+
+def lowerer_error(error: BaseException) -> LowererError | None:
+    """The :class:`~lowerer.LowererError` behind ``error`` (itself, or along its ``__cause__`` chain), or None.
+
+    onnx_ir wraps what a pass raises in its ``PassError`` (twice in a ``PassManager``); this finds
+    lowerer's own error, with its exit code and (for a refusal) its node, under those wrappers.
+    """
+    seen: set[int] = set()
+    current: BaseException | None = error
+    while current is not None and id(current) not in seen:
+        if isinstance(current, LowererError):
+            return current
+        seen.add(id(current))
+        current = current.__cause__ or current.__context__
+    return None
 
 
 class LowerPass(ir.passes.InPlacePass):
@@ -21,8 +38,11 @@ class LowerPass(ir.passes.InPlacePass):
     those of its subgraphs) in the default domain carry ``version`` = ``target_opset``. The last
     report is kept in :attr:`report`. Every keyword :func:`lowerer.convert` takes is accepted
     (``for_backend``, ``max_ulp``, ``verify_model`` ...), checked when the pass is made. Errors are
-    :class:`lowerer.LowererError` (onnx_ir's own errors included); inside ``ir.passes.Sequential``
-    onnx_ir wraps them in its ``PassError``.
+    :class:`lowerer.LowererError` (onnx_ir's own errors included), kept in :attr:`error`; inside
+    ``ir.passes.Sequential`` onnx_ir wraps them in its ``PassError``, whose message names the pass by
+    ``str(pass)``: after a failure that is the pass followed by lowerer's line, so the ``PassError``
+    says why (``PassManager`` adds one more wrapper, "An error occurred at step 0", whose direct
+    ``__cause__`` is that ``PassError``). :func:`lowerer_error` finds lowerer's error under the wrappers.
 
     Example::
 
@@ -40,18 +60,40 @@ class LowerPass(ir.passes.InPlacePass):
                                              providers=providers, seed=seed, **options)
         self.target_opset = target_opset
         self.report: Report | None = None
+        #: The error of the last run, when it failed (cleared when a run starts).
+        self.error: LowererError | None = None
+
+    def __str__(self) -> str:
+        """The pass, and after a failed run lowerer's line (onnx_ir's ``PassError`` quotes ``str(pass)``)."""
+        return repr(self) if self.error is None else f"{self!r} failed: {self.error}"
 
     def __repr__(self) -> str:
         o = self.options
         return (f"LowerPass(target_opset={o.target_opset!r}, decompose={tuple(sorted(o.decompose))!r}, "
-                f"verify={o.verify!r}, providers={o.providers!r}, seed={o.seed!r})")
+                f"verify={o.verify!r}, providers={o.providers!r}, seed={o.seed!r}{self._more()})")
+
+    def _more(self) -> str:
+        """The options set away from their defaults, other than those :meth:`__repr__` always shows."""
+        o = self.options
+        parts = [f"for_backend={o.profile.spec!r}"] if o.profile is not None else []
+        parts += ["allow_fallback=True"] if o.allow_fallback else []
+        parts += [f"max_ulp={o.max_ulp!r}"] if o.max_ulp is not None else []
+        parts += ["exact=True"] if o.exact else []
+        parts += ["verify_model=True"] if o.verify_model is not None else []
+        parts += ["optimize=True"] if o.optimize is not None else []
+        return "".join(f", {p}" for p in parts)
 
     def call(self, model: ir.Model) -> ir.passes.PassResult:
         """Run the conversion; ``modified`` is True when any node was rewritten or the opset changed."""
         from lowerer.api import run
 
         before = model.opset_imports.get("", None)
-        result = run(model, self.options)
+        self.error = None
+        try:
+            result = run(model, self.options)
+        except LowererError as e:
+            self.error = e
+            raise
         converted: ir.Model = result.model
         self.report = result.report
         opsets = dict(converted.opset_imports)  # Model.opset_imports may be the graph's own dict

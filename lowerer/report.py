@@ -13,11 +13,11 @@ import sys
 from collections import Counter
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Literal
 
 import onnx
 
-__all__ = ["SCHEMA_VERSION", "Crossing", "Report", "Rewrite", "tool_versions"]
+__all__ = ["SCHEMA_VERSION", "Crossing", "Report", "Rewrite", "RewriteStatus", "tool_versions"]
 
 #: The version of the report's JSON layout: the major number changes when a field is removed or
 #: changes meaning, the minor one when fields are added.
@@ -27,6 +27,12 @@ SCHEMA_VERSION = "2.2"
 INTERNAL = "lowerer_internal"
 #: Fields of a :class:`Rewrite` that describe its check; identical checks are stored once.
 CHECK_FIELDS = ("status", "reason", "provider", "details")
+
+#: What a rewrite's check concluded: ``verified`` (run before and after and compared),
+#: ``unverified`` (not run, with the reason) or ``failed`` (the outputs differ).
+RewriteStatus = Literal["verified", "unverified", "failed"]
+#: How many emitted ops a ``repr`` lists before it counts the rest.
+_REPR_OPS = 6
 
 
 @dataclass(frozen=True)
@@ -100,7 +106,7 @@ class Rewrite:
     to_opset: int
     rule: str
     emitted: list[str]
-    status: str = "unverified"
+    status: RewriteStatus = "unverified"
     reason: str = "verification not run"
     provider: str | None = None
     details: dict[str, Any] = field(default_factory=dict)
@@ -112,6 +118,14 @@ class Rewrite:
     input_values: dict[str, Any] = field(default_factory=dict, repr=False, metadata={INTERNAL: True})
     derived_inputs: dict[str, Any] = field(default_factory=dict, repr=False, metadata={INTERNAL: True})
     crossings: list[Crossing] = field(default_factory=list)
+
+    def __repr__(self) -> str:
+        """One short line: where, what became what, by which rule, and the check's status."""
+        ops = " + ".join(self.emitted[:_REPR_OPS]) or "nothing"
+        if len(self.emitted) > _REPR_OPS:
+            ops += f" + ... ({len(self.emitted)} ops)"
+        return (f"<Rewrite {self.scope}:{self.node} {self.op_type}-{self.from_version} -> {ops} "
+                f"(opset {self.to_opset}, rule {self.rule}, {self.status})>")
 
     @property
     def steps(self) -> list[str]:
@@ -223,6 +237,15 @@ class Report:
 
     def __iter__(self) -> Iterator[Rewrite]:
         return iter(self.rewrites)
+
+    def __repr__(self) -> str:
+        """One short line: opsets, IR versions, and the rewrites counted by status."""
+        counts = Counter(r.status for r in self.rewrites)
+        statuses = ", ".join(f"{counts[s]} {s}" for s in ("verified", "unverified", "failed") if counts[s])
+        ir = f", IR {self.source_ir_version} -> {self.ir_version}" if self.ir_version is not None else ""
+        checks = "".join(f", {name}: {c.get('status')}" for name, c in self.model_checks.items())
+        return (f"<Report opset {self.source_opset} -> {self.target_opset}{ir}: {len(self.rewrites)} rewrite"
+                f"{'' if len(self.rewrites) == 1 else 's'}{f' ({statuses})' if statuses else ''}{checks}>")
 
     def __len__(self) -> int:
         return len(self.rewrites)

@@ -14,7 +14,7 @@ from collections.abc import Callable
 import onnx
 import onnx.shape_inference
 
-from lowerer.scopes import Scope, find_graph, function_key
+from lowerer.scopes import Scope, find_graph, function_key, iter_scopes
 
 __all__ = ["ShapeIndex", "ValueType", "type_string", "value_type"]
 
@@ -325,25 +325,16 @@ class ShapeIndex:
     # -- functions ---------------------------------------------------------------------------
     def _call_site_types(self, function: onnx.FunctionProto) -> list[ValueType | None] | None:
         """The input types of ``function`` merged over all its call sites (None if never called)."""
-        from lowerer.scopes import iter_scopes
-
         merged: list[ValueType | None] | None = None
         callers: list[tuple[Scope, onnx.NodeProto]] = []
 
-        def walk(scope: Scope) -> None:
-            for index, node in enumerate(scope.holder.node):
+        for root in iter_scopes(self._model):
+            if root.function is function:
+                continue
+            for scope, _, node in root.walk():
                 if node.op_type == function.name and node.domain == function.domain \
                         and node.overload == function.overload:
                     callers.append((scope, node))
-                for attr in node.attribute:
-                    graphs = [attr.g] if attr.type == onnx.AttributeProto.GRAPH else list(attr.graphs)
-                    for position, g in enumerate(graphs):
-                        walk(scope.child(index, node, attr.name, position if attr.type != onnx.AttributeProto.GRAPH
-                                         else -1, g))
-
-        for scope in iter_scopes(self._model):
-            if scope.function is not function:
-                walk(scope)
         for scope, node in callers:
             types = [self.lookup(scope, i, lambda vt: vt[1] is not None) if i else None for i in node.input]
             merged = types if merged is None else [_merge(a, b) for a, b in zip(merged, types, strict=False)]

@@ -2,14 +2,18 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import numpy as np
 import onnx
 import onnxruntime as ort
+import pytest
 from onnx import TensorProto, helper, numpy_helper
 
 import lowerer
 from lowerer.cleanup import remove_dead
 from lowerer.report import Rewrite
+from lowerer.scopes import used_names
 
 
 def _reshape_model(extra_reader: bool = False, shape_is_input: bool = False) -> onnx.ModelProto:
@@ -92,3 +96,16 @@ def test_dead_value_inside_a_subgraph_is_removed() -> None:
     branches = {a.name: a.g for a in out.graph.node[0].attribute}
     assert not branches["then_branch"].initializer
     onnx.checker.check_model(out, full_check=True)
+
+
+_REAL = sorted((Path(__file__).resolve().parent / "fixtures" / "real").glob("*.onnx"))
+
+
+@pytest.mark.parametrize("path", _REAL, ids=lambda p: p.stem)
+def test_no_converted_real_export_carries_dead_weight(path: Path) -> None:
+    """Converted to 11: no initializer nothing reads, no node whose outputs nothing reads (the inputs have none)."""
+    model = onnx.load(str(path))
+    out = lowerer.convert(model, target_opset=11, verify=False).model
+    used = used_names(out)
+    assert [t.name for t in out.graph.initializer if t.name not in used] == []
+    assert [n.name for n in out.graph.node if not any(o in used for o in n.output if o)] == []

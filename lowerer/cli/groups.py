@@ -106,7 +106,10 @@ class ConversionArgs(ArgGroup):
             "help": "Default-domain opset to convert to (default: keep the model's)."}),
         "decompose": (("--decompose",), {
             "default": None, "metavar": "NAMES",
-            "help": "Comma-separated decompositions: hardmax, globalmaxpool, all."}),
+            "help": "Comma-separated decompositions: hardmax and globalmaxpool (lowerer's exact decompositions), "
+                    "all (both of those), or any op with a function body in onnx's schemas, expanded into "
+                    "that body (e.g. layernormalization, gelu, hardswish); case-insensitive. Example: "
+                    "--decompose hardmax,layernormalization."}),
         "for_backend": (("--for", "for_backend"), {
             "metavar": "BACKEND", "default": None,
             "help": "Lower for a backend: cpu, cuda, dml, tensorrt (e.g. tensorrt<9.2), openvino, coreml, qnn, "
@@ -230,7 +233,7 @@ class ModelCheckArgs(ArgGroup):
 
         given = cls.take(values)
         try:
-            tolerance = Tolerance(ulps=given["max_ulp"] or 0, atol=given["atol"], rtol=given["rtol"])
+            tolerance = Tolerance(max_ulp=given["max_ulp"] or 0, atol=given["atol"], rtol=given["rtol"])
         except ValueError as e:
             raise InputError(f"--atol/--rtol/--max-ulp: {e}") from None
         load_inputs, input_shapes, val_range = given["load_inputs"], given["input_shapes"], given["val_range"]

@@ -18,14 +18,18 @@ __all__ = ["inspect"]
 _HELPS = {
     "target_opset": "Show what converting to N would do.",
     "decompose": "Show what these decompositions would do.",
-    "for_backend": "List the nodes BACKEND cannot run (per its profile) and what lowerer would do with each.",
+    "for_backend": "List the nodes BACKEND cannot run (per its profile) and what lowerer would do with each; "
+                   "exit 2 with convert's refusal when convert --for BACKEND would refuse.",
+    "allow_fallback": "With --for: as convert --allow-fallback (nodes no exact form replaces are kept, not "
+                      "refused).",
 }
 
 
-@in_order("input_path", "target_opset", "decompose", "reach", "as_json", "for_backend", "verbose", "quiet")
+@in_order("input_path", "target_opset", "decompose", "reach", "as_json", "for_backend", "allow_fallback", "verbose",
+          "quiet")
 @click.command(epilog=EPILOG)
 @click.argument("input_path", metavar="IN.onnx", type=click.Path(path_type=Path))
-@ConversionArgs.options("target_opset", "decompose", "for_backend", helps=_HELPS)
+@ConversionArgs.options("target_opset", "decompose", "for_backend", "allow_fallback", helps=_HELPS)
 @click.option("--reach", is_flag=True, help="Also find the lowest and highest opsets the model converts to.")
 @OutputArgs.options("as_json")
 @VerbosityArgs.options()
@@ -36,7 +40,8 @@ def inspect(input_path: Path, reach: bool, **values: Any) -> None:
     With --target-opset or --decompose it is a dry run of the conversion (without verification):
     each rewrite it would make (rule, or the function body a node would be expanded into, and why);
     exit 2 with the refusal when the conversion would be refused. With --for, the nodes BACKEND
-    cannot run and what lowerer would do with each.
+    cannot run and what lowerer would do with each, and the exit convert --for would have: 2 with its
+    refusal (a node no exact form replaces, unless --allow-fallback).
     """
     from lowerer.errors import ConversionError
     from lowerer.inspection import inspect_model
@@ -44,12 +49,7 @@ def inspect(input_path: Path, reach: bool, **values: Any) -> None:
     as_json, conversion = OutputArgs.take(values)["as_json"], ConversionArgs.take(values)
     target_opset, decompose, for_backend = (conversion[k] for k in ("target_opset", "decompose", "for_backend"))
     if for_backend is not None:  # inspect --for BACKEND (lowerer.backends)
-        from lowerer.backends.lowering import backend_table
-        from lowerer.inspection import inspect_backend
-
-        found = inspect_backend(input_path, for_backend, target_opset=target_opset, decompose=decompose)
-        for line in ([json.dumps(found, indent=2)] if as_json else backend_table(found)):
-            click.echo(line)
+        _inspect_backend(input_path, conversion, as_json)
         return
     info = inspect_model(input_path, target_opset=target_opset, decompose=decompose, reach=reach)
     refused = info.get("plan", {}).get("refused")
@@ -57,6 +57,22 @@ def inspect(input_path: Path, reach: bool, **values: Any) -> None:
         click.echo(json.dumps(info, indent=2))
     else:
         _print_text(input_path, info, refused)
+    if refused:
+        raise ConversionError(f"would refuse: {refused}")
+
+
+def _inspect_backend(input_path: Path, conversion: dict[str, Any], as_json: bool) -> None:
+    """``inspect --for``: the table of what lowerer would do, then convert's refusal (exit 2) when it would refuse."""
+    from lowerer.backends.lowering import backend_table
+    from lowerer.errors import ConversionError
+    from lowerer.inspection import inspect_backend
+
+    found = inspect_backend(input_path, conversion["for_backend"], target_opset=conversion["target_opset"],
+                            decompose=conversion["decompose"], allow_fallback=bool(conversion["allow_fallback"]))
+    refused = found["refused"]
+    lines = backend_table({**found, "refused": None})
+    for line in ([json.dumps(found, indent=2)] if as_json else lines if found["nodes"] or not refused else lines[:1]):
+        click.echo(line)
     if refused:
         raise ConversionError(f"would refuse: {refused}")
 
@@ -72,6 +88,8 @@ def _print_text(input_path: Path, info: dict[str, Any], refused: Any) -> None:
     if "reachable_opsets" in info:
         r = info["reachable_opsets"]
         click.echo(f"converts to opsets {r['lowest']} .. {r['highest']}")
+        for key, word in (("lowest_limit", "lowest"), ("highest_limit", "highest")):
+            click.echo(f"  {word}: {_limit_line(r[key])}")
     if "plan" in info and not refused:
         plan = info["plan"]
         expanded = [r for r in plan["rewrites"] if r["rule"] == "function-expansion"]
@@ -82,3 +100,13 @@ def _print_text(input_path: Path, info: dict[str, Any], refused: Any) -> None:
             how = f"expanded ({why})" if r["rule"] == "function-expansion" and why else f"rule {r['rule']}"
             click.echo(f"  {r['scope']}: {r['node']} {r['op_type']}-{r['from_version']} -> "
                        f"{' + '.join(r['emitted'])} (opset {r['to_opset']}, {how})")
+
+
+def _limit_line(found: dict[str, Any] | None) -> str:
+    """What limits one end of the reach: the node and its refusal, or that no opset is left to try."""
+    if found is None:
+        return "every opset lowerer knows in that direction"
+    if found["node"] is None:
+        return f"opset {found['opset']} is refused: {found['refusal']}"
+    return f"limited by node {found['node']} ({found['op_type']}-{found['version']}, in {found['scope']}), " \
+           f"refused at opset {found['opset']}: {found['refusal']}"

@@ -23,7 +23,7 @@ from lowerer.facts import Facts
 from lowerer.naming import NameGenerator, node_label
 from lowerer.opsets import since_version
 from lowerer.report import Crossing
-from lowerer.scopes import Scope, node_graphs
+from lowerer.scopes import Scope, node_graphs, used_names_of
 from lowerer.shapes import ShapeIndex
 from lowerer.steps import generic
 from lowerer.steps.changes import (
@@ -213,6 +213,9 @@ class StepEngine:
             nodes = self._to(node, scope, source, target, facts, conversion, 0)
         except ConversionError as e:
             raise self._blame_user_node(e, node, scope, source, target, conversion) from None
+        if nodes is not None and conversion.constants:  # a constant one step made, a later step folded away
+            read = used_names_of(nodes)
+            conversion.constants = [c for c in conversion.constants if c.name in read]
         if nodes is None or (len(nodes) == 1 and not conversion.constants and nodes[0] == node):
             return None  # stays, or crossed the steps without any change: a relabel
         conversion.nodes = nodes

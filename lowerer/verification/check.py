@@ -20,7 +20,7 @@ import onnx
 
 from lowerer import reference
 from lowerer.errors import VerificationError
-from lowerer.report import Rewrite
+from lowerer.report import Rewrite, RewriteStatus
 from lowerer.scopes import node_graphs
 from lowerer.verification.compare import (
     ARITHMETIC_OPS,
@@ -53,7 +53,7 @@ Progress = Callable[[int, int], None]
 class CheckResult:
     """The outcome of one distinct check, shared by every identical rewrite."""
 
-    status: str
+    status: RewriteStatus
     reason: str
     provider: str | None = None
     details: dict[str, Any] = field(default_factory=dict)

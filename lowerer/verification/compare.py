@@ -21,49 +21,61 @@ __all__ = ["ARITHMETIC_OPS", "EXACT", "EXPANSION_ULPS", "Difference", "OutputSta
 _BF16 = np.dtype(ml_dtypes.bfloat16)
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, init=False)
 class Tolerance:
     """How far apart two finite float values may be; every criterion that is set may accept a value.
 
-    A pair of finite values matches when they are equal, or within ``ulps`` units in the last
+    A pair of finite values matches when they are equal, or within ``max_ulp`` units in the last
     place, or within ``atol`` (absolute), or within ``rtol`` times the expected value's magnitude
     (relative): the same per-element rule as polygraphy's ``--atol``/``--rtol``. NaN matches only
     NaN, an infinity only itself, and discrete values (integers, booleans) only themselves.
-    ``Tolerance()`` is exact.
+    ``Tolerance()`` is exact. The keyword ``ulps=`` (the former name of ``max_ulp``) is still
+    accepted, deprecated.
 
     Attributes:
-        ulps: the most units in the last place two values may be apart (``--max-ulp``).
+        max_ulp: the most units in the last place two values may be apart (``--max-ulp``).
         atol: the largest absolute difference accepted (``--atol``).
         rtol: the largest difference accepted relative to the expected value (``--rtol``).
     """
 
-    ulps: int = 0
+    max_ulp: int = 0
     atol: float = 0.0
     rtol: float = 0.0
 
-    def __post_init__(self) -> None:
-        for name in ("ulps", "atol", "rtol"):
+    def __init__(self, max_ulp: int = 0, atol: float = 0.0, rtol: float = 0.0, *, ulps: int | None = None) -> None:
+        if ulps is not None:
+            import warnings
+
+            if max_ulp:
+                raise TypeError("Tolerance takes max_ulp or its former name ulps, not both")
+            warnings.warn("Tolerance(ulps=...) is deprecated: use max_ulp=... (the name of --max-ulp)",
+                          DeprecationWarning, stacklevel=2)
+            max_ulp = ulps
+        object.__setattr__(self, "max_ulp", max_ulp)
+        object.__setattr__(self, "atol", atol)
+        object.__setattr__(self, "rtol", rtol)
+        for name in ("max_ulp", "atol", "rtol"):
             value = getattr(self, name)
             if not value >= 0 or value == float("inf"):  # also refuses NaN
                 raise ValueError(f"tolerance {name} must be a finite number >= 0, not {value!r}")
 
     @property
-    def max_ulp(self) -> int:
-        """``ulps``, under the name of the command-line option."""
-        return self.ulps
+    def ulps(self) -> int:
+        """``max_ulp`` under its former name (deprecated, kept for callers that read it)."""
+        return self.max_ulp
 
     @property
     def exact(self) -> bool:
         """True when nothing but equality is accepted."""
-        return self.ulps == 0 and self.atol == 0 and self.rtol == 0
+        return self.max_ulp == 0 and self.atol == 0 and self.rtol == 0
 
     def describe(self) -> str:
         """``exact``, or the criteria that are set (``atol 1e-06 or rtol 1e-05 or 2 ulp``)."""
         if self.exact:
             return "exact"
         parts = [f"{name} {value:g}" for name, value in (("atol", self.atol), ("rtol", self.rtol)) if value]
-        if self.ulps:
-            parts.append(f"{self.ulps} ulp")
+        if self.max_ulp:
+            parts.append(f"{self.max_ulp} ulp")
         return " or ".join(parts)
 
     def union(self, other: Tolerance | None) -> Tolerance:
@@ -73,8 +85,8 @@ class Tolerance:
         return Tolerance(max(self.ulps, other.ulps), max(self.atol, other.atol), max(self.rtol, other.rtol))
 
     def to_dict(self) -> dict[str, float]:
-        """JSON-ready form (``rtol`` only when set, as before it existed)."""
-        out: dict[str, float] = {"ulps": self.ulps, "atol": self.atol}
+        """JSON-ready form (``rtol`` only when set; the report names ``max_ulp`` ``ulps``, as before)."""
+        out: dict[str, float] = {"ulps": self.max_ulp, "atol": self.atol}
         if self.rtol:
             out["rtol"] = self.rtol
         return out
@@ -297,8 +309,8 @@ def _close(expected: np.ndarray, actual: np.ndarray, diff: np.ndarray, magnitude
            tol: Tolerance) -> np.ndarray:
     """Where finite values are close enough under ``tol`` (``diff``: absolute difference, float64)."""
     close = np.zeros(diff.shape, dtype=bool)
-    if tol.ulps and np.dtype(expected.dtype) in _INT_VIEW:
-        close |= ulp_distance(expected, actual) <= tol.ulps
+    if tol.max_ulp and np.dtype(expected.dtype) in _INT_VIEW:
+        close |= ulp_distance(expected, actual) <= tol.max_ulp
     if tol.atol:
         close |= diff <= tol.atol
     if tol.rtol:
