@@ -71,7 +71,7 @@ def test_budget_is_the_union_of_the_non_exact_rewrites_budgets() -> None:
                            _rewrite("Softmax")])
     assert not budget.exact and dict(budget.counts) == {"expansion": 1, "kernel": 1}
     tol = budget.tolerance(np.dtype(np.float32), scale=10.0)
-    assert tol is not None and tol.ulps == 8 and tol.atol == pytest.approx(8 * EPS32 * 10)
+    assert tol is not None and tol.max_ulp == 8 and tol.atol == pytest.approx(8 * EPS32 * 10)
     assert budget.tolerance(np.dtype(np.int64), 10.0) is None
     assert model_budget([_rewrite("Gelu", EXPANSION_RULE)], max_ulp=2).rule(np.dtype(np.float32)) == (2, 2.0)
     exact = model_budget([_rewrite("Gelu", EXPANSION_RULE)], exact=True)

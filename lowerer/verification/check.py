@@ -632,7 +632,7 @@ class _Trial:
                 details[f"{side}_placement"] = engine.placement
         if self.skipped:
             details["skipped"] = self.skipped
-        how = "exactly" if tol is None else (f"within {tol.ulps} ulp (worst {self.worst_scaled:.2g} ulp of the "
+        how = "exactly" if tol is None else (f"within {tol.max_ulp} ulp (worst {self.worst_scaled:.2g} ulp of the "
                                              f"output's scale, {self.worst_abs:.3g} absolute)")
         return CheckResult("verified", f"{len(self.used_sets)} input sets compared {how} on {self.provider}",
                            self.provider, details)

@@ -82,7 +82,7 @@ class Tolerance:
         """What either tolerance accepts (each is an "any criterion" rule, so the larger of each criterion)."""
         if other is None:
             return self
-        return Tolerance(max(self.ulps, other.ulps), max(self.atol, other.atol), max(self.rtol, other.rtol))
+        return Tolerance(max(self.max_ulp, other.max_ulp), max(self.atol, other.atol), max(self.rtol, other.rtol))
 
     def to_dict(self) -> dict[str, float]:
         """JSON-ready form (``rtol`` only when set; the report names ``max_ulp`` ``ulps``, as before)."""

@@ -87,7 +87,7 @@ class ModelBudget:
                 found.append(tol)
         if not found:
             return None
-        return Tolerance(max(t.ulps for t in found), max(t.atol for t in found), max(t.rtol for t in found))
+        return Tolerance(max(t.max_ulp for t in found), max(t.atol for t in found), max(t.rtol for t in found))
 
     def rule(self, dtype: np.dtype[Any]) -> tuple[int, float]:
         """``(ulps, epsilons of the output's scale)`` this budget accepts for ``dtype`` ((0, 0): exact)."""
@@ -96,7 +96,7 @@ class ModelBudget:
         tol = self.tolerance(key, 1.0)
         if tol is None or not eps:
             return 0, 0.0
-        return tol.ulps, round(tol.atol / eps, 3)
+        return tol.max_ulp, round(tol.atol / eps, 3)
 
     def describe(self, dtypes: Iterable[str] = ("float32",)) -> str:
         """The budget in words: ``exact: every rewrite was exact``, or its rule per float type and its sources."""
