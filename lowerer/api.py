@@ -108,7 +108,8 @@ def convert(
             installed.
         seed: seed of the generated verification inputs (an integer, 0 or more).
         verify_model: also run the whole original and converted models and compare their outputs:
-            True with the defaults (exact, generated inputs), or a
+            True with the defaults (generated inputs; float outputs judged by the rewrites' own budgets,
+            exact where every rewrite was exact or with ``exact``), or a
             :class:`~lowerer.verification.whole.ModelCheckOptions` (tolerance, input shapes, value
             ranges, inputs to load or save). A check that cannot run raises unless
             ``allow_unverified`` is set there.

@@ -191,7 +191,13 @@ class ValidatePass(Pass):
 
 
 class ModelCheckPass(Pass):
-    """The whole original and converted models, run and compared (``verify_model``)."""
+    """The whole original and converted models, run and compared (``verify_model``).
+
+    Float outputs are judged by the budget propagated from the rewrites' own
+    (:mod:`lowerer.verification.propagated`): exact where every rewrite was exact or with ``exact``,
+    else what the expansions' and kernels' budgets accepted, at each output's scale; and by the
+    tolerance the options give.
+    """
 
     name = "verify-model"
 
@@ -199,13 +205,18 @@ class ModelCheckPass(Pass):
         return state.options.verify_model is not None and state.original is not None
 
     def run(self, state: State) -> None:
+        import dataclasses
+
+        from lowerer.verification.propagated import model_budget
         from lowerer.verification.whole import ModelSource, verify_models
 
-        assert state.original is not None
         options = state.options
+        assert state.original is not None and options.verify_model is not None
+        budget = model_budget(state.report.rewrites, options.max_ulp, options.exact)
+        check = dataclasses.replace(options.verify_model, budget=budget)
         try:
             verify_models(ModelSource(state.original, state.source_dir, "original"),
-                          ModelSource(state.model, state.source_dir, "converted"), options=options.verify_model,
+                          ModelSource(state.model, state.source_dir, "converted"), options=check,
                           providers=None if options.providers is None else list(options.providers),
                           seed=options.seed, report=state.report, progress=options.progress)
         except VerificationError as e:

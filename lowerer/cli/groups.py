@@ -179,8 +179,9 @@ class ModelCheckArgs(ArgGroup):
     SPECS: ClassVar[dict[str, Spec]] = {
         "verify_model": (("--verify-model",), {
             "is_flag": True,
-            "help": "Also run the whole models before and after on the same inputs and compare every output "
-                    "(see the options below)."}),
+            "help": "Also run the whole models before and after on the same inputs and compare every output, "
+                    "judged by the rewrites' own budgets (exact where every rewrite was exact; see the options "
+                    "below)."}),
         "optimize": (("--optimize",), {
             "is_flag": True,
             "help": "Then fold constant shape arithmetic and remove dead nodes with onnxscript's optimizer, and "
@@ -193,9 +194,10 @@ class ModelCheckArgs(ArgGroup):
             "help": "Accept float values this close relative to the first model's value."}),
         "max_ulp": (("--max-ulp",), {
             "type": click.IntRange(min=0), "default": None, "metavar": "N",
-            "help": "Accept float values at most N units in the last place apart (default 0: exact; for "
-                    "convert it is also the error budget of function-body expansions, default per type). A "
-                    "value passes when any tolerance accepts it; integer and bool outputs are always exact."}),
+            "help": "Accept float values at most N units in the last place apart (verify: default 0, exact). For "
+                    "convert it is the error budget of function-body expansions (default per type) and of the "
+                    "whole-model check, also as N epsilons of each output's largest magnitude. A value passes "
+                    "when any tolerance accepts it; integer and bool outputs are always exact."}),
         "input_shapes": (("--input-shapes", "input_shapes"), {
             "multiple": True, "metavar": "NAME:DIMS",
             "help": "Shape of an input, e.g. ids:1x128 (repeatable; default: dynamic dims 1, then 2)."}),

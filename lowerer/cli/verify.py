@@ -10,22 +10,26 @@ import click
 
 from lowerer.cli.epilog import EPILOG
 from lowerer.cli.exits import guard
-from lowerer.cli.groups import ModelCheckArgs, VerbosityArgs, VerificationArgs, in_order, split_list
+from lowerer.cli.groups import ModelCheckArgs, OutputArgs, VerbosityArgs, VerificationArgs, in_order, split_list
 from lowerer.cli.output import TerminalProgress, model_check_table
 from lowerer.cli.verbosity import verbosity
 from lowerer.cli.written_paths import check_written_path
 
 if TYPE_CHECKING:
+    import onnx
+
     from lowerer.verification.whole import ModelCheckOptions, ModelComparison
 
 __all__ = ["verify"]
 
 
-@in_order("first_path", "second_path", "seed", "providers", "atol", "rtol", "max_ulp", "input_shapes", "val_range",
-          "load_inputs", "save_inputs", "allow_unverified", "verbose", "quiet")
+@in_order("first_path", "second_path", "report_path", "seed", "providers", "atol", "rtol", "max_ulp", "input_shapes",
+          "val_range", "load_inputs", "save_inputs", "allow_unverified", "verbose", "quiet")
 @click.command(epilog=EPILOG)
 @click.argument("first_path", metavar="A.onnx", type=click.Path(path_type=Path))
 @click.argument("second_path", metavar="B.onnx", type=click.Path(path_type=Path))
+@OutputArgs.options("report_path", helps={"report_path": "Write a JSON report (the convert report's schema): "
+                                                           "the comparison under summary.model_check."})
 @VerificationArgs.options("seed", "providers")
 @ModelCheckArgs.options(*ModelCheckArgs.STEERING)
 @VerbosityArgs.options()
@@ -38,6 +42,8 @@ def verify(first_path: Path, second_path: Path, **values: Any) -> None:
     outputs are compared exactly unless --atol, --rtol or --max-ulp accept a difference;
     integer and bool outputs always exactly. Prints one row per output: largest absolute and
     relative difference, largest ulp distance, the share of mismatches and the worst value.
+    With --report R.json, writes the comparison as a report with convert's schema (also when
+    the outputs differ).
 
     Exit 0 when all outputs match, 1 when one differs or the models could not be run on the
     inputs (unless --allow-unverified), 2 when a model cannot be read or the two take
@@ -47,14 +53,18 @@ def verify(first_path: Path, second_path: Path, **values: Any) -> None:
     from lowerer.verification.whole import ModelSource, compare_models
 
     verification = VerificationArgs.take(values)
+    report_path: Path | None = OutputArgs.take(values)["report_path"]
     seed = verification["seed"]
     options = ModelCheckArgs.settings(values)
     first, second = load_model(first_path), load_model(second_path)
+    data_files = [p.parent / loc for p, m in ((first_path, first), (second_path, second))
+                  for loc in external_data_locations(m)]
+    reads = [first_path, second_path, *data_files, *options.load_inputs]
     if options.save_inputs is not None:
-        data_files = [p.parent / loc for p, m in ((first_path, first), (second_path, second))
-                      for loc in external_data_locations(m)]
-        check_written_path(options.save_inputs, "--save-inputs",
-                           reads=[first_path, second_path, *data_files, *options.load_inputs], writes=[])
+        check_written_path(options.save_inputs, "--save-inputs", reads=reads,
+                           writes=[] if report_path is None else [report_path])
+    if report_path is not None:
+        check_written_path(report_path, "--report", reads=reads, writes=[])
     names = (str(first_path), str(second_path))
     progress = TerminalProgress()
     try:
@@ -64,7 +74,35 @@ def verify(first_path: Path, second_path: Path, **values: Any) -> None:
                                 progress=progress if progress.enabled else None)
     finally:
         progress.close()
+    if report_path is not None:
+        write_report(report_path, result, first, second)
     _print_and_judge(result, options, names, seed)
+
+
+def write_report(path: Path, result: ModelComparison, first: onnx.ModelProto, second: onnx.ModelProto) -> None:
+    """Write the comparison as a report with the convert report's schema (atomically).
+
+    The comparison is the report's ``whole-model check`` (``summary.model_check``); the opsets and IR
+    versions are A's (``source_*``) and B's; there are no rewrites.
+    """
+    import sys
+
+    from lowerer.files import Transaction
+    from lowerer.opsets import default_opset
+    from lowerer.report import Report
+
+    report = Report(source_opset=default_opset(first.opset_import), target_opset=default_opset(second.opset_import),
+                    source_ir_version=first.ir_version, ir_version=second.ir_version,
+                    notes=[f"whole-model check: {result.status}: {result.reason}"],
+                    model_checks={"whole-model check": result.to_dict()})
+    text = report.to_json(command=["lowerer", *sys.argv[1:]])
+    with Transaction() as tx:
+        tx.make_dirs(path.parent)
+        fd, tmp = tx.temp_file(path.parent, mode_like=path)
+        with open(fd, "w", encoding="utf-8") as f:
+            f.write(text)
+        tx.stage(tmp, path, replace=True)
+        tx.commit()
 
 
 def _print_and_judge(result: ModelComparison, options: ModelCheckOptions, names: tuple[str, str], seed: int) -> None:

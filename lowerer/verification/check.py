@@ -22,8 +22,8 @@ from lowerer import reference
 from lowerer.errors import VerificationError
 from lowerer.report import Rewrite, RewriteStatus
 from lowerer.scopes import node_graphs
-from lowerer.steps.expansion import EXPANSION_RULE
 from lowerer.verification.compare import (
+    ARITHMETIC_OPS,
     EXPANSION_ULPS,
     KERNEL_EPSILONS,
     Tolerance,
@@ -34,6 +34,7 @@ from lowerer.verification.compare import (
 )
 from lowerer.verification.inputs import JUDGED_KINDS, InputSet, bind_shapes, generate, kinds_for, min_rank_for
 from lowerer.verification.models import small_model
+from lowerer.verification.propagated import budget_kind
 from lowerer.verification.providers import select_providers
 from lowerer.verification.runner import (
     Engine,
@@ -43,26 +44,7 @@ from lowerer.verification.runner import (
     ort_can_exchange,
 )
 
-__all__ = ["CheckResult", "RewriteVerifier", "canon_of"]
-
-#: Ops whose kernels compute (rather than select or move) values. A rewrite of one keeps its
-#: arithmetic (a version relabel, an attribute at its neutral value dropped, the axis moved), but
-#: onnxruntime's kernels for different op versions, attribute sets or layouts may sum or round in
-#: another order (measured: AveragePool-19 with dilations=[1, 1] vs AveragePool-11, 1 ulp;
-#: float16 Softmax-11 vs -13, 1 ulp), and the numpy reference computes in float32/float64. Their
-#: float outputs must match within :func:`tolerance_for`; a record says "exact" unless the
-#: tolerance was needed, and then states it with the largest difference. Discrete outputs, and
-#: every op outside this set (data movement, selection, comparisons), are compared exactly.
-ARITHMETIC_OPS = frozenset({
-    "Softmax", "LogSoftmax", "AveragePool", "GlobalAveragePool", "LpPool", "GlobalLpPool", "LpNormalization",
-    "ReduceMean", "ReduceSum", "ReduceProd", "ReduceL1", "ReduceL2", "ReduceLogSum", "ReduceLogSumExp",
-    "ReduceSumSquare", "Conv", "ConvTranspose", "ConvInteger", "Gemm", "MatMul", "Einsum", "BatchNormalization",
-    "InstanceNormalization", "LayerNormalization", "GroupNormalization", "MeanVarianceNormalization", "LRN", "Mean",
-    "Sum", "CumSum", "Resize", "Upsample", "RoiAlign", "GRU", "LSTM", "RNN", "Attention", "DFT", "STFT",
-    "Exp", "Log", "Pow", "Sqrt", "Reciprocal", "Tanh", "Sigmoid", "Erf", "Softplus", "Softsign", "Elu", "Selu",
-    "Celu", "Gelu", "HardSigmoid", "HardSwish", "Mish", "Sin", "Cos", "Tan", "Asin", "Acos", "Atan", "Sinh",
-    "Cosh", "Asinh", "Acosh", "Atanh", "Div", "Mod", "Range", "Dropout",
-})
+__all__ = ["ARITHMETIC_OPS", "CheckResult", "RewriteVerifier", "canon_of"]
 
 Progress = Callable[[int, int], None]
 
@@ -541,10 +523,8 @@ class _Trial:
         self.elems, self.dtypes, self.max_ulp = elems, dtypes, max_ulp
         self.provider = orig.label if orig.label == repl.label else \
             f"{orig.label} (original), {repl.label} (replacement)"
-        expansion = rewrite.rule == EXPANSION_RULE
-        self.budget = "exact" if exact else "expansion" if expansion else \
-            "kernel" if rewrite.op_type in ARITHMETIC_OPS else "exact"
-        arithmetic = self.budget != "exact" or (exact and (expansion or rewrite.op_type in ARITHMETIC_OPS))
+        self.budget = budget_kind(rewrite, exact)
+        arithmetic = self.budget != "exact" or (exact and budget_kind(rewrite) != "exact")
         # Range edges overflow in an order-dependent way in arithmetic kernels (a sum of +-3.4e38
         # terms is inf in one order, finite in another): recorded for them, not judged.
         self.judged = JUDGED_KINDS - {"edges"} if arithmetic else JUDGED_KINDS
@@ -652,7 +632,7 @@ class _Trial:
                 details[f"{side}_placement"] = engine.placement
         if self.skipped:
             details["skipped"] = self.skipped
-        how = "exactly" if tol is None else (f"within {tol.ulps} ulp (worst {self.worst_scaled:.2g} ulp of the "
+        how = "exactly" if tol is None else (f"within {tol.max_ulp} ulp (worst {self.worst_scaled:.2g} ulp of the "
                                              f"output's scale, {self.worst_abs:.3g} absolute)")
         return CheckResult("verified", f"{len(self.used_sets)} input sets compared {how} on {self.provider}",
                            self.provider, details)

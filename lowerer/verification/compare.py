@@ -14,8 +14,9 @@ from typing import Any
 import ml_dtypes
 import numpy as np
 
-__all__ = ["EXACT", "EXPANSION_ULPS", "Difference", "OutputStats", "Tolerance", "compare", "expansion_budget",
-           "statistics", "tolerance_for", "ulp_distance", "worst_difference"]
+__all__ = ["ARITHMETIC_OPS", "EXACT", "EXPANSION_ULPS", "Difference", "OutputStats", "Tolerance", "compare",
+           "dtype_eps", "expansion_budget", "output_scale", "statistics", "tolerance_for", "ulp_distance",
+           "worst_difference"]
 
 _BF16 = np.dtype(ml_dtypes.bfloat16)
 
@@ -77,6 +78,12 @@ class Tolerance:
             parts.append(f"{self.max_ulp} ulp")
         return " or ".join(parts)
 
+    def union(self, other: Tolerance | None) -> Tolerance:
+        """What either tolerance accepts (each is an "any criterion" rule, so the larger of each criterion)."""
+        if other is None:
+            return self
+        return Tolerance(max(self.max_ulp, other.max_ulp), max(self.atol, other.atol), max(self.rtol, other.rtol))
+
     def to_dict(self) -> dict[str, float]:
         """JSON-ready form (``rtol`` only when set; the report names ``max_ulp`` ``ulps``, as before)."""
         out: dict[str, float] = {"ulps": self.max_ulp, "atol": self.atol}
@@ -102,6 +109,26 @@ _ULPS = {np.dtype(np.float16): 2, _BF16: 2, np.dtype(np.float32): 4, np.dtype(np
 KERNEL_EPSILONS = 16
 
 
+#: Ops whose kernels compute (rather than select or move) values. A rewrite of one keeps its
+#: arithmetic (a version relabel, an attribute at its neutral value dropped, the axis moved), but
+#: onnxruntime's kernels for different op versions, attribute sets or layouts may sum or round in
+#: another order (measured: AveragePool-19 with dilations=[1, 1] vs AveragePool-11, 1 ulp;
+#: float16 Softmax-11 vs -13, 1 ulp), and the numpy reference computes in float32/float64. Their
+#: float outputs must match within :func:`tolerance_for`; a record says "exact" unless the
+#: tolerance was needed, and then states it with the largest difference. Discrete outputs, and
+#: every op outside this set (data movement, selection, comparisons), are compared exactly.
+ARITHMETIC_OPS = frozenset({
+    "Softmax", "LogSoftmax", "AveragePool", "GlobalAveragePool", "LpPool", "GlobalLpPool", "LpNormalization",
+    "ReduceMean", "ReduceSum", "ReduceProd", "ReduceL1", "ReduceL2", "ReduceLogSum", "ReduceLogSumExp",
+    "ReduceSumSquare", "Conv", "ConvTranspose", "ConvInteger", "Gemm", "MatMul", "Einsum", "BatchNormalization",
+    "InstanceNormalization", "LayerNormalization", "GroupNormalization", "MeanVarianceNormalization", "LRN", "Mean",
+    "Sum", "CumSum", "Resize", "Upsample", "RoiAlign", "GRU", "LSTM", "RNN", "Attention", "DFT", "STFT",
+    "Exp", "Log", "Pow", "Sqrt", "Reciprocal", "Tanh", "Sigmoid", "Erf", "Softplus", "Softsign", "Elu", "Selu",
+    "Celu", "Gelu", "HardSigmoid", "HardSwish", "Mish", "Sin", "Cos", "Tan", "Asin", "Acos", "Atan", "Sinh",
+    "Cosh", "Asinh", "Acosh", "Atanh", "Div", "Mod", "Range", "Dropout",
+})
+
+
 #: The default error budget of function-body expansions, in ulp per float type. An element passes
 #: when it is within this many ulp of the original's, or within as many epsilons of the output
 #: tensor's largest magnitude (at least 1): a body that reassociates a reduction changes a value by an
@@ -124,6 +151,23 @@ def expansion_budget(dtype: np.dtype[Any], scale: float, max_ulp: int | None = N
     ulps = default if max_ulp is None else max_ulp
     eps = float(ml_dtypes.finfo(key).eps) if key == _BF16 else float(np.finfo(key).eps)  # type: ignore[no-untyped-call]
     return Tolerance(ulps, ulps * eps * max(1.0, scale))
+
+
+def dtype_eps(name: str | np.dtype[Any]) -> float:
+    """The machine epsilon of a float type given by numpy name (``float32``, ``bfloat16``); 0 for others."""
+    key = _BF16 if name in ("bfloat16", _BF16) else np.dtype(name)
+    if key == _BF16:
+        return float(ml_dtypes.finfo(key).eps)  # type: ignore[no-untyped-call]
+    return float(np.finfo(key).eps) if key.kind == "f" else 0.0
+
+
+def output_scale(values: np.ndarray) -> float:
+    """The largest finite magnitude in ``values`` (0 when none; a budget's scale is at least 1)."""
+    if values.size == 0 or not (values.dtype.kind == "f" or values.dtype == _BF16):
+        return 0.0
+    wide = values.astype(np.float64)
+    finite = wide[np.isfinite(wide)]
+    return float(np.abs(finite).max()) if finite.size else 0.0
 
 
 def worst_difference(expected: np.ndarray, actual: np.ndarray) -> tuple[float, float, float]:
@@ -292,6 +336,7 @@ class OutputStats:
         worst: the two values there.
         worst_input_set: the input set it was found on (set by the caller).
         what: what differs when the values cannot be compared (element types or shapes).
+        scale: the largest finite magnitude of the first side's values (floats; 0 otherwise).
     """
 
     name: str
@@ -307,12 +352,27 @@ class OutputStats:
     worst: tuple[object, object] | None = None
     worst_input_set: str | None = None
     what: str | None = None
+    scale: float = 0.0
     _worst_key: tuple[bool, float] = field(default=(False, -1.0), repr=False)
 
     @property
     def share(self) -> float:
         """The share of values outside the tolerance (0 to 1)."""
         return self.mismatches / self.count if self.count else 0.0
+
+    @property
+    def ulp_of_scale(self) -> float | None:
+        """The largest absolute difference in epsilons of :attr:`scale` (at least 1): the budgets' measure.
+
+        None for discrete outputs and values that could not be compared.
+        """
+        if self.discrete or self.what is not None:
+            return None
+        try:
+            eps = dtype_eps(self.dtype)
+        except TypeError:  # a float type numpy does not name (float8 ...)
+            return None
+        return self.max_abs / (eps * max(1.0, self.scale)) if eps else None
 
     @property
     def ok(self) -> bool:
@@ -328,7 +388,8 @@ class OutputStats:
             mismatches=self.mismatches + other.mismatches, max_abs=max(self.max_abs, other.max_abs),
             max_rel=max(self.max_rel, other.max_rel), max_ulp=max(ulps) if ulps else None,
             discrete=self.discrete, worst_index=worst.worst_index, worst=worst.worst,
-            worst_input_set=worst.worst_input_set, what=self.what or other.what, _worst_key=worst._worst_key)
+            worst_input_set=worst.worst_input_set, what=self.what or other.what,
+            scale=max(self.scale, other.scale), _worst_key=worst._worst_key)
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready form (non-finite numbers as strings: ``"inf"``)."""
@@ -340,6 +401,8 @@ class OutputStats:
                 "index": list(self.worst_index), "values": [_json_value(v) for v in self.worst],
                 "input_set": self.worst_input_set},
             "what": self.what,
+            "scale": _json_float(self.scale),
+            "ulp_of_scale": None if self.ulp_of_scale is None else _json_float(round(self.ulp_of_scale, 3)),
         }
 
 
@@ -386,6 +449,8 @@ def statistics(expected: np.ndarray, actual: np.ndarray, tol: Tolerance = EXACT,
         finite = np.isfinite(e64) & np.isfinite(a64)
         magnitude = np.abs(e64)
         bad = ~(same | (finite & _close(expected, actual, diff, magnitude, tol)))
+        if np.any(np.isfinite(e64)):
+            stats.scale = float(np.abs(e64[np.isfinite(e64)]).max())
         if np.dtype(expected.dtype) in _INT_VIEW and np.any(finite):
             stats.max_ulp = int(np.max(ulp_distance(expected[finite], actual[finite])))
         else:

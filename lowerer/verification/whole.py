@@ -26,7 +26,7 @@ from lowerer.errors import VerificationError
 from lowerer.progress import ProgressCallback, notify
 from lowerer.report import Report
 from lowerer.verification.budget import available_memory, claimed_bytes, gib
-from lowerer.verification.compare import EXACT, OutputStats, Tolerance, statistics
+from lowerer.verification.compare import EXACT, OutputStats, Tolerance, output_scale, statistics
 from lowerer.verification.feeds import (
     FeedSet,
     InputSpec,
@@ -36,10 +36,11 @@ from lowerer.verification.feeds import (
     model_inputs,
     save_sets,
 )
+from lowerer.verification.propagated import ModelBudget
 from lowerer.verification.providers import select_providers
 from lowerer.verification.runner import OrtEngine, SessionMaker, ort_can_exchange
 
-__all__ = ["ModelCheckOptions", "ModelComparison", "ModelSource", "compare_models", "verify_models"]
+__all__ = ["ModelCheckOptions", "ModelComparison", "ModelSource", "compare_models", "tolerance_hint", "verify_models"]
 
 logger = logging.getLogger(__name__)
 
@@ -55,6 +56,9 @@ class ModelCheckOptions:
         load_inputs: ``.npz`` files whose arrays are the inputs (instead of generated ones).
         save_inputs: an ``.npz`` file to write the inputs that ran to.
         allow_unverified: a check that cannot run is noted instead of raising VerificationError.
+        budget: the budget propagated from a conversion's rewrites (set by the conversion, see
+            :mod:`.propagated`): float outputs are also accepted where it accepts them; None: only
+            ``tolerance`` (``lowerer verify``).
     """
 
     tolerance: Tolerance = EXACT
@@ -63,6 +67,7 @@ class ModelCheckOptions:
     load_inputs: list[Path] = field(default_factory=list)
     save_inputs: Path | None = None
     allow_unverified: bool = False
+    budget: ModelBudget | None = None
 
 
 @dataclass
@@ -88,6 +93,7 @@ class ModelComparison:
         tolerance: the tolerance float outputs were judged by.
         details: notes (input sets that did not run, how index-like inputs were chosen, placement).
         models: the names of the two models in messages (``original``, ``converted``).
+        budget: the budget propagated from the rewrites, when a conversion's check used one.
     """
 
     status: str
@@ -98,6 +104,7 @@ class ModelComparison:
     tolerance: Tolerance = EXACT
     details: dict[str, Any] = field(default_factory=dict)
     models: tuple[str, str] = ("A", "B")
+    budget: ModelBudget | None = None
 
     @property
     def passed(self) -> bool:
@@ -110,7 +117,7 @@ class ModelComparison:
                 "tolerance": {**self.tolerance.to_dict(), "rtol": self.tolerance.rtol,
                               "discrete_outputs": "exact"},
                 "input_sets": list(self.input_sets), "outputs": [o.to_dict() for o in self.outputs],
-                "details": dict(self.details)}
+                "details": dict(self.details), "budget": None if self.budget is None else self.budget.to_dict()}
 
 
 def _runnable(model: onnx.ModelProto) -> bytes | str:
@@ -142,8 +149,10 @@ def compare_models(a: ModelSource, b: ModelSource, *, options: ModelCheckOptions
         InputError: an unknown or unavailable provider, or options that do not fit the models
             (an input name that is not there, shapes or loaded arrays of the wrong type or rank).
     """
-    result = _compare(a, b, options or ModelCheckOptions(), providers, seed, progress)
+    opts = options or ModelCheckOptions()
+    result = _compare(a, b, opts, providers, seed, progress)
     result.models = (a.name, b.name)
+    result.budget = opts.budget
     return result
 
 
@@ -186,7 +195,7 @@ def _compare(a: ModelSource, b: ModelSource, opts: ModelCheckOptions, providers:
         k, error = next(iter(errors_b.items()))
         return ModelComparison("different", f"input set {kept[k].label}: {a.name} runs but {b.name} raises: {error}",
                                provider, tolerance=tol, input_sets=[s.label for s in kept], details=details)
-    return _verdict(a, b, kept, [results_a[i] for i in ran], results_b, tol, provider, details)
+    return _verdict(a, b, kept, [results_a[i] for i in ran], results_b, opts, provider, details)
 
 
 def _not_run(tol: Tolerance, reason: str, details: dict[str, Any] | None = None) -> ModelComparison:
@@ -240,10 +249,14 @@ def _input_sets(a: ModelSource, b: ModelSource, opts: ModelCheckOptions, merged:
 
 
 def _verdict(a: ModelSource, b: ModelSource, kept: Sequence[FeedSet], results_a: Sequence[list[np.ndarray] | None],
-             results_b: Sequence[list[np.ndarray] | None], tol: Tolerance, provider: str,
+             results_b: Sequence[list[np.ndarray] | None], opts: ModelCheckOptions, provider: str,
              details: dict[str, Any]) -> ModelComparison:
-    """Compare every output over the input sets both models ran on (``results_a[k]`` is on ``kept[k]``)."""
+    """Compare every output over the input sets both models ran on (``results_a[k]`` is on ``kept[k]``).
+
+    A float output is judged by the options' tolerance, and also by their budget at that output's scale.
+    """
     names = (a.name, b.name)
+    tol, budget = opts.tolerance, opts.budget
     b_names = [o.name for o in b.model.graph.output]
     stats: list[OutputStats] = []
     for j, name in enumerate(o.name for o in a.model.graph.output):
@@ -252,7 +265,8 @@ def _verdict(a: ModelSource, b: ModelSource, kept: Sequence[FeedSet], results_a:
         for k, feed_set in enumerate(kept):
             ra, rb = results_a[k], results_b[k]
             assert ra is not None and rb is not None
-            one = statistics(ra[j], rb[j], tol, name=label, sides=names)
+            judged = tol if budget is None else tol.union(budget.tolerance(ra[j].dtype, output_scale(ra[j])))
+            one = statistics(ra[j], rb[j], judged, name=label, sides=names)
             one.worst_input_set = feed_set.label
             merged_stats = one if merged_stats is None else merged_stats.merge(one)
         assert merged_stats is not None
@@ -260,11 +274,23 @@ def _verdict(a: ModelSource, b: ModelSource, kept: Sequence[FeedSet], results_a:
     labels = [s.label for s in kept]
     bad = [s for s in stats if not s.ok]
     if bad:
-        return ModelComparison("different", _difference(bad, names, tol, provider), provider, stats, labels, tol,
-                               details)
-    how = "exactly" if tol.exact else f"within {tol.describe()}"
+        return ModelComparison("different", _difference(bad, names, tol, provider, budget), provider, stats, labels,
+                               tol, details)
+    how, judged_by = _judged_by(tol, budget, stats)
     return ModelComparison("equal", f"{len(stats)} output(s) equal {how} on {len(labels)} input set(s) on "
-                                    f"{provider}", provider, stats, labels, tol, details)
+                                    f"{provider}{judged_by}", provider, stats, labels, tol, details)
+
+
+def _judged_by(tol: Tolerance, budget: ModelBudget | None, stats: Sequence[OutputStats]) -> tuple[str, str]:
+    """How the outputs were judged (``exactly``, ``within ...``), and the budget's statement to follow the line."""
+    floats = [s for s in stats if not s.discrete and s.what is None]
+    if budget is None or budget.exact:
+        how = "exactly" if tol.exact else f"within {tol.describe()}"
+        return how, "" if budget is None else f" ({budget.describe()})"
+    how = "within the rewrites' own budget" + ("" if tol.exact else f" or {tol.describe()}")
+    measured = [s.ulp_of_scale for s in floats if s.ulp_of_scale is not None]
+    worst = f"; worst {max(measured):.3g} epsilons of the output's largest magnitude" if measured else ""
+    return how, f" ({budget.describe(s.dtype for s in floats)}{worst})"
 
 
 def _run_all(maker: SessionMaker, side: ModelSource, sets: Sequence[FeedSet],
@@ -292,28 +318,76 @@ def _run_all(maker: SessionMaker, side: ModelSource, sets: Sequence[FeedSet],
     return results, errors, engine
 
 
-def _difference(bad: Sequence[OutputStats], names: tuple[str, str], tol: Tolerance, provider: str) -> str:
-    """One line on the worst differing output, and which others differ."""
+def _difference(bad: Sequence[OutputStats], names: tuple[str, str], tol: Tolerance, provider: str,
+                budget: ModelBudget | None = None) -> str:
+    """One line on the worst differing output, which others differ, and a tolerance that would accept them."""
     s = bad[0]
     if s.what is not None:
         text = f"output {s.name!r}: {s.what}"
     else:
+        exact = tol.exact and (budget is None or budget.exact)
+        judged = tol.describe() if budget is None or budget.exact else \
+            budget.describe([s.dtype]) + ("" if tol.exact else f", or {tol.describe()}")
         values = "" if s.worst is None else f": {names[0]} {s.worst[0]!r}, {names[1]} {s.worst[1]!r}"
-        scale = "" if s.discrete else f", max ulp {s.max_ulp}"
+        scaled = s.ulp_of_scale
+        scale = "" if s.discrete else f", max ulp {s.max_ulp}" + (
+            "" if scaled is None else f", {scaled:.3g} epsilons of the output's largest magnitude")
         text = (f"output {s.name!r}: {s.mismatches} of {s.count} values ({100 * s.share:.3g}%) "
-                f"{'differ' if s.discrete or tol.exact else 'are outside ' + tol.describe()} (max abs {s.max_abs:.3g}, "
+                f"{'differ' if s.discrete or exact else 'are outside ' + judged} (max abs {s.max_abs:.3g}, "
                 f"max rel {s.max_rel:.3g}{scale}); worst at index {s.worst_index} in input set "
                 f"{s.worst_input_set}{values}")
     others = [repr(o.name) for o in bad[1:]]
     if others:
         text += f"; also differing: {', '.join(others)}"
-    floats = [o for o in bad if not o.discrete and o.what is None]
-    if floats and len(floats) == len(bad) and all(o.max_rel < 1e-3 for o in floats):  # small: maybe rounding
-        ulp = max(o.max_ulp or 0 for o in floats)
-        rel = max(o.max_rel for o in floats)
-        text += (f"; if rounding differences are expected, accept them with --max-ulp {ulp} or --rtol "
-                 f"{_round_up(rel)} (API: Tolerance)")
+    hint = tolerance_hint(bad, budget)
+    if hint:
+        text += f"; {hint}"
     return f"{names[0]} and {names[1]} differ on {provider}: {text}"
+
+
+#: A hint proposes ``--max-ulp N`` where every value is within this many ulp of its own (rounding).
+HINT_MAX_ULP = 64
+#: A hint proposes ``--atol X`` where the differences are within this many epsilons of each output's
+#: largest magnitude: small against the output, however large against values near zero.
+HINT_MAX_EPSILONS_OF_SCALE = 1024
+
+
+def tolerance_hint(bad: Sequence[OutputStats], budget: ModelBudget | None = None) -> str | None:
+    """The tolerance options that would accept these differences, where they look like rounding; else None.
+
+    ``--max-ulp N`` where every value is within :data:`HINT_MAX_ULP` ulp of its own (with a conversion's
+    non-exact budget, N also scales with the output's magnitude: the smallest N that accepts them);
+    ``--atol X`` where the differences sit near zero (small against the output's largest magnitude,
+    large relative to the values); ``--rtol X`` where every difference is below 1e-3 of its value.
+    None when an output is discrete or the differences are too large to be rounding.
+    """
+    import math
+
+    floats = [o for o in bad if not o.discrete and o.what is None]
+    if not floats or len(floats) != len(bad):
+        return None
+    ulp = max(o.max_ulp or 0 for o in floats)
+    scaled = [o.ulp_of_scale for o in floats]
+    worst_scaled = None if any(x is None for x in scaled) else max(x for x in scaled if x is not None)
+    near_zero = worst_scaled is not None and worst_scaled <= HINT_MAX_EPSILONS_OF_SCALE
+    rel = max(o.max_rel for o in floats)
+    if budget is not None and not budget.exact and near_zero:
+        assert worst_scaled is not None
+        option = (f"--max-ulp {min(ulp, max(1, math.ceil(worst_scaled)))} (API: max_ulp; the expansions' budget, "
+                  "also in epsilons of each output's largest magnitude)")
+    elif ulp <= HINT_MAX_ULP:
+        option = f"--max-ulp {ulp}"
+    elif near_zero:
+        option = (f"--atol {_round_up(max(o.max_abs for o in floats))} (small against the output: at most "
+                  f"{worst_scaled:.3g} epsilons of its largest magnitude)")
+    elif rel < 1e-3:
+        option = f"--rtol {_round_up(rel)}"
+    else:
+        return None
+    advice = f"if rounding differences are expected, accept them with {option}"
+    if budget is not None and budget.exact_asked:
+        advice += ", or leave out --exact to judge by the rewrites' own budgets"
+    return advice
 
 
 def _round_up(x: float) -> str:
