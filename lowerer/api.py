@@ -119,13 +119,13 @@ def convert(
         exact: accept no difference at all (expansions and computing kernels must be bit-identical on
             the verification inputs).
         for_backend: a runtime target (``onnxruntime==1.14``, ``cpu``, ``cuda``, ``dml``, ``tensorrt``
-            (``tensorrt==8.6``, ``tensorrt<9.2`` ...), ``openvino``, ``coreml``, ``qnn``, ``webgpu``, ``webnn``,
-            ``rknn``, ``winml``): without ``target_opset``, the model goes to the highest opset it loads
-            when its own is higher, and the IR version must be one it loads; after the target opset and ``decompose``, rewrite
-            exactly the nodes its profile (``lowerer/backends/<name>.json``) names with exact forms, each
-            verified; where its onnxruntime provider is installed, prove the placement (the model opens
-            with that provider and CPU fallback disabled). ``report.backend`` says what was done and
-            whether placement was proven (see :mod:`lowerer.backends`).
+            (``tensorrt==8.6``, ``tensorrt<9.2`` ...), ``openvino``, ``coreml``, ``qnn``, ``webgpu``,
+            ``webnn``, ``rknn``, ``winml``): without ``target_opset``, the model goes to the highest opset it
+            loads when its own is higher, and the IR version must be one it loads; after the target opset and
+            ``decompose``, rewrite exactly the nodes its profile (``lowerer/backends/<name>.json``) names
+            with exact forms, each verified; where its onnxruntime provider is installed, prove the
+            placement (the model opens with that provider and CPU fallback disabled). ``report.backend``
+            says what was done and whether placement was proven (see :mod:`lowerer.backends`).
         allow_fallback: with ``for_backend``, keep a node the profile names that no exact form replaces
             (a warning), and accept an unproven placement, instead of refusing.
         ir_version: the IR version to write (None: with a target opset, the lowest its opsets and the

@@ -34,8 +34,8 @@ MIN_IR_VERSION = 3
 _T = onnx.TensorProto
 #: Element types, by the IR version that introduced them.
 _TYPE_IR: dict[int, int] = {_T.BFLOAT16: 4}
-_TYPE_IR.update({t: 9 for t in (_T.FLOAT8E4M3FN, _T.FLOAT8E4M3FNUZ, _T.FLOAT8E5M2, _T.FLOAT8E5M2FNUZ)})
-_TYPE_IR.update({t: 10 for t in (_T.UINT4, _T.INT4)})
+_TYPE_IR.update(dict.fromkeys((_T.FLOAT8E4M3FN, _T.FLOAT8E4M3FNUZ, _T.FLOAT8E5M2, _T.FLOAT8E5M2FNUZ), 9))
+_TYPE_IR.update(dict.fromkeys((_T.UINT4, _T.INT4), 10))
 _TYPE_IR.update({getattr(_T, n): ir for n, ir in (("FLOAT4E2M1", 11), ("FLOAT8E8M0", 12), ("UINT2", 13),
                                                    ("INT2", 13), ("FLOAT6E2M3", 14), ("FLOAT6E3M2", 14))
                  if hasattr(_T, n)})

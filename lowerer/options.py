@@ -68,9 +68,11 @@ class ConvertOptions:
             self.ir_version is not None
 
     def target_for(self, source_opset: int | None) -> int | None:
-        """The target opset for a model at ``source_opset``: ``target_opset``, else, for a runtime whose load
-        limits are known, its own or the highest the runtime loads, whichever is lower (its IR version then
-        goes as low as the opsets allow too)."""
+        """The target opset for a model at ``source_opset``.
+
+        ``target_opset`` when given; else, for a runtime whose load limits are known, the model's own or the
+        highest the runtime loads, whichever is lower (its IR version then goes as low as the opsets allow).
+        """
         loads = None if self.profile is None else self.profile.loads
         if self.target_opset is not None or loads is None or loads.max_opset is None or source_opset is None:
             return self.target_opset

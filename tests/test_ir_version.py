@@ -84,7 +84,7 @@ def test_ir_version_alone_converts_nothing_else() -> None:
 
 @pytest.mark.parametrize("bad", [2, 99, "8", True, 8.0])
 def test_bad_ir_versions_are_input_errors(bad: object) -> None:
-    with pytest.raises(InputError, match="ir_version must be an integer|out of range"):
+    with pytest.raises(InputError, match=r"ir_version must be an integer|out of range"):
         lowerer.convert(str(EXAMPLE), target_opset=13, ir_version=bad)  # type: ignore[arg-type]
 
 

@@ -117,7 +117,7 @@ def _ir_remedy(model: onnx.ModelProto, profile: Profile) -> str:
     if needed <= limit:
         return f"; leave out --ir-version (API: ir_version) or give {limit} or lower"
     if not (features and features[0][0] == needed):
-        return f", the lowest its opsets allow; give a lower --target-opset (API: target_opset)"
+        return ", the lowest its opsets allow; give a lower --target-opset (API: target_opset)"
     newer = [r for r in load_rows(profile.name) if r.max_ir is None or r.max_ir >= needed]
     release = f" (such as {profile.name}=={newer[0].version})" if newer else ""
     return (f", the lowest the model's {features[0][1]} allow; no form at IR {limit} is known: name a release "

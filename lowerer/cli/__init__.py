@@ -1,8 +1,8 @@
 """The ``lowerer`` command line: convert, inspect and verify ONNX models.
 
 The click group :func:`main` is here; each command has its module (:mod:`lowerer.cli.convert`,
-:mod:`lowerer.cli.inspect`, :mod:`lowerer.cli.verify`, :mod:`lowerer.cli.targets`), its options come from the argument groups
-of :mod:`lowerer.cli.groups`. Heavy modules (onnx, onnxruntime, numpy) are imported inside the
+:mod:`lowerer.cli.inspect`, :mod:`lowerer.cli.verify`, :mod:`lowerer.cli.targets`), its options come
+from the argument groups of :mod:`lowerer.cli.groups`. Heavy modules (onnx, onnxruntime, numpy) are imported inside the
 commands so that ``lowerer --help`` answers at once.
 """
 

@@ -98,7 +98,7 @@ class OutputArgs(ArgGroup):
 
 
 class ConversionArgs(ArgGroup):
-    """What a conversion is to do: ``--target-opset``, ``--decompose``, ``--for``, ``--allow-fallback``, ``--ir-version``."""
+    """What a conversion is to do: ``--target-opset``, ``--decompose``, ``--for``, ``--allow-fallback``, IR version."""
 
     SPECS: ClassVar[dict[str, Spec]] = {
         "target_opset": (("--target-opset",), {
