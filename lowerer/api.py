@@ -53,21 +53,21 @@ def convert(model: onnx.ModelProto, *, target_opset: int | None = ..., decompose
             verify_model: bool | ModelCheckOptions = ..., optimize: bool | ModelCheckOptions = ...,
             progress: ProgressCallback | None = ..., max_ulp: int | None = ...,
             exact: bool = ..., for_backend: str | None = ...,
-            allow_fallback: bool = ...) -> ConvertResult[onnx.ModelProto]: ...
+            allow_fallback: bool = ..., ir_version: int | None = ...) -> ConvertResult[onnx.ModelProto]: ...
 @overload
 def convert(model: str | os.PathLike[str], *, target_opset: int | None = ..., decompose: Iterable[str] | str = ...,
             verify: bool = ..., providers: Sequence[str] | None = ..., seed: int = ...,
             verify_model: bool | ModelCheckOptions = ..., optimize: bool | ModelCheckOptions = ...,
             progress: ProgressCallback | None = ..., max_ulp: int | None = ...,
             exact: bool = ..., for_backend: str | None = ...,
-            allow_fallback: bool = ...) -> ConvertResult[onnx.ModelProto]: ...
+            allow_fallback: bool = ..., ir_version: int | None = ...) -> ConvertResult[onnx.ModelProto]: ...
 @overload
 def convert(model: ir.Model | HasIrModel, *, target_opset: int | None = ..., decompose: Iterable[str] | str = ...,
             verify: bool = ..., providers: Sequence[str] | None = ..., seed: int = ...,
             verify_model: bool | ModelCheckOptions = ..., optimize: bool | ModelCheckOptions = ...,
             progress: ProgressCallback | None = ..., max_ulp: int | None = ...,
             exact: bool = ..., for_backend: str | None = ...,
-            allow_fallback: bool = ...) -> ConvertResult[ir.Model]: ...
+            allow_fallback: bool = ..., ir_version: int | None = ...) -> ConvertResult[ir.Model]: ...
 
 
 def convert(
@@ -85,6 +85,7 @@ def convert(
     exact: bool = False,
     for_backend: str | None = None,
     allow_fallback: bool = False,
+    ir_version: int | None = None,
 ) -> ConvertResult[onnx.ModelProto] | ConvertResult[ir.Model]:
     """Convert a model to ``target_opset`` and/or decompose ops, verifying each rewrite.
 
@@ -122,14 +123,19 @@ def convert(
             :data:`lowerer.verification.compare.EXPANSION_ULPS`; see the README's "Verification").
         exact: accept no difference at all (expansions and computing kernels must be bit-identical on
             the verification inputs).
-        for_backend: a backend (``cpu``, ``cuda``, ``dml``, ``tensorrt`` (``tensorrt<9.2`` ...), ``openvino``,
-            ``coreml``, ``qnn``, ``webgpu``, ``webnn``): after the target opset and ``decompose``, rewrite
-            exactly the nodes its profile (``lowerer/backends/<name>.json``) names with exact forms, each
-            verified; where its onnxruntime provider is installed, prove the placement (the model opens
-            with that provider and CPU fallback disabled). ``report.backend`` says what was done and
-            whether placement was proven (see :mod:`lowerer.backends`).
+        for_backend: a runtime target (``onnxruntime==1.14``, ``cpu``, ``cuda``, ``dml``, ``tensorrt``
+            (``tensorrt==8.6``, ``tensorrt<9.2`` ...), ``openvino``, ``coreml``, ``qnn``, ``webgpu``,
+            ``webnn``, ``rknn``, ``winml``): without ``target_opset``, the model goes to the highest opset it
+            loads when its own is higher, and the IR version must be one it loads; after the target opset and
+            ``decompose``, rewrite exactly the nodes its profile (``lowerer/backends/<name>.json``) names
+            with exact forms, each verified; where its onnxruntime provider is installed, prove the
+            placement (the model opens with that provider and CPU fallback disabled). ``report.backend``
+            says what was done and whether placement was proven (see :mod:`lowerer.backends`).
         allow_fallback: with ``for_backend``, keep a node the profile names that no exact form replaces
             (a warning), and accept an unproven placement, instead of refusing.
+        ir_version: the IR version to write (None: with a target opset, the lowest its opsets and the
+            model's features allow; without one, the model's). A feature the model uses that cannot be
+            expressed at it is refused (see :mod:`lowerer.ir_version`).
 
     Returns:
         A :class:`ConvertResult` whose ``model`` is the same kind as given (an ``onnx_ir.Model``
@@ -154,7 +160,7 @@ def convert(
     options = ConvertOptions.create(target_opset=target_opset, decompose=decompose, verify=verify,
                                     providers=providers, seed=seed, verify_model=verify_model, optimize=optimize,
                                     progress=progress, max_ulp=max_ulp, exact=exact, for_backend=for_backend,
-                                    allow_fallback=allow_fallback)
+                                    allow_fallback=allow_fallback, ir_version=ir_version)
     return run(model, options)
 
 

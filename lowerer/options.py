@@ -43,6 +43,7 @@ class ConvertOptions:
         exact: accept no difference at all.
         profile: the backend profile (``for_backend``), or None.
         allow_fallback: with ``profile``, keep nodes no exact form replaces.
+        ir_version: the IR version to write (None: the lowest the target and the model allow).
     """
 
     target_opset: int | None = None
@@ -58,22 +59,36 @@ class ConvertOptions:
     exact: bool = False
     profile: Profile | None = None
     allow_fallback: bool = False
+    ir_version: int | None = None
 
     @property
     def converts(self) -> bool:
-        """Whether any node may change (a target, a decomposition or a backend)."""
-        return self.target_opset is not None or bool(self.decompose) or self.profile is not None
+        """Whether the model may change (a target, a decomposition, a backend or an IR version)."""
+        return self.target_opset is not None or bool(self.decompose) or self.profile is not None or \
+            self.ir_version is not None
+
+    def target_for(self, source_opset: int | None) -> int | None:
+        """The target opset for a model at ``source_opset``.
+
+        ``target_opset`` when given; else, for a runtime whose load limits are known, the model's own or the
+        highest the runtime loads, whichever is lower (its IR version then goes as low as the opsets allow).
+        """
+        loads = None if self.profile is None else self.profile.loads
+        if self.target_opset is not None or loads is None or loads.max_opset is None or source_opset is None:
+            return self.target_opset
+        return min(source_opset, loads.max_opset)
 
     @classmethod
     def create(cls, *, target_opset: Any = None, decompose: Any = (), verify: Any = True, providers: Any = None,
                seed: Any = 0, verify_model: Any = False, optimize: Any = False, progress: Any = None,
                max_ulp: Any = None, exact: Any = False, for_backend: Any = None,
-               allow_fallback: Any = False) -> ConvertOptions:
+               allow_fallback: Any = False, ir_version: Any = None) -> ConvertOptions:
         """Check every option (see :func:`lowerer.convert` for their meaning) and freeze them.
 
         Raises:
             InputError: an option of the wrong type or value, or two that contradict each other.
         """
+        from lowerer.ir_version import check_ir_version
         from lowerer.opsets import check_target_opset
 
         if target_opset is not None:
@@ -99,7 +114,8 @@ class ConvertOptions:
         return cls(target_opset=target_opset, decompose=names, request=request_for(names),
                    verify=check_flag(verify, "verify"), providers=None if chosen is None else tuple(chosen),
                    seed=seed_value(seed), verify_model=check, optimize=tuned, progress=check_progress(progress),
-                   max_ulp=max_ulp, exact=exact, profile=profile, allow_fallback=bool(allow_fallback))
+                   max_ulp=max_ulp, exact=exact, profile=profile, allow_fallback=bool(allow_fallback),
+                   ir_version=check_ir_version(ir_version))
 
 
 def model_check_options(value: object, name: str = "verify_model") -> ModelCheckOptions | None:

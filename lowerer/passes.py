@@ -123,18 +123,18 @@ class ConvertPass(Pass):
         return state.options.converts
 
     def run(self, state: State) -> None:
+        from lowerer.opsets import default_opset
         from lowerer.pipeline import run_pipeline
 
         options = state.options
         plan = state.plan
         try:
-            report = run_pipeline(state.model, target_opset=options.target_opset, request=options.request,
-                                  verifier=state.recording(), serialized=state.serialized,
+            report = run_pipeline(state.model, target_opset=options.target_for(default_opset(state.model.opset_import)),
+                                  request=options.request, verifier=state.recording(), serialized=state.serialized,
                                   picker=plan.pick if plan is not None else None,
-                                  picked_ops=plan.picked_ops if plan is not None else frozenset())
+                                  picked_ops=plan.picked_ops if plan is not None else frozenset(),
+                                  ir_version=options.ir_version)
         except VerificationError as e:  # the report so far, the failing rewrite last, for the user to read
-            from lowerer.opsets import default_opset
-
             e.report = Report(rewrites=state.seen, source_opset=default_opset(state.model.opset_import),
                               target_opset=options.target_opset, decompose=tuple(sorted(options.decompose)),
                               verification=state.verifier.summary() if state.verifier else None,
@@ -187,7 +187,7 @@ class ValidatePass(Pass):
         from lowerer.validation import validate_output
 
         validate_output(state.model, state.serialized if state.serialized is not None else state.original,
-                        state.report, state.options.target_opset, input_checked=state.input_checked)
+                        state.report, state.report.target_opset, input_checked=state.input_checked)
 
 
 class ModelCheckPass(Pass):

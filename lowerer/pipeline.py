@@ -16,8 +16,9 @@ import onnx
 
 from lowerer.constants import ConstantIndex
 from lowerer.errors import ConversionError, InputError
+from lowerer.ir_version import choose as choose_ir
 from lowerer.naming import NameGenerator, node_label
-from lowerer.opsets import choose_ir_version, default_opset, is_default_domain, since_version
+from lowerer.opsets import default_opset, is_default_domain, since_version
 from lowerer.report import Report, Rewrite
 from lowerer.rules import REGISTRY
 from lowerer.scopes import Scope, iter_scopes, subgraphs_of, used_names, used_names_of
@@ -347,6 +348,7 @@ def run_pipeline(
     serialized: bytes | None = None,
     picker: Picker | None = None,
     picked_ops: frozenset[str] = frozenset(),
+    ir_version: int | None = None,
 ) -> Report:
     """Convert ``model`` in place to ``target_opset``, with the decompositions and backend forms, in one walk.
 
@@ -355,7 +357,9 @@ def run_pipeline(
     ``serialized``, when the caller has it (the bytes the model was parsed from), saves work: no
     scan for name collisions when no name can collide, and shape inference (when a step needs
     it) runs on those bytes without serializing. ``picker`` picks a form per node of ``picked_ops``
-    once the node is at the target (a backend profile, :mod:`lowerer.backends`).
+    once the node is at the target (a backend profile, :mod:`lowerer.backends`). ``ir_version``: the
+    IR version asked for (None: the lowest the target and the model's features allow, see
+    :mod:`lowerer.ir_version`).
 
     Raises:
         InputError: a model lowerer cannot read.
@@ -363,7 +367,7 @@ def run_pipeline(
         VerificationError: a rewrite computed different numbers (raised by ``verifier``).
     """
     source_opset = default_opset(model.opset_import)
-    if target_opset is None and not request.decompose and not request.expand and picker is None:
+    if target_opset is None and not request.decompose and not request.expand and picker is None and ir_version is None:
         report = Report(target_opset=None, decompose=())
         report.source_opset = source_opset
         return report
@@ -383,7 +387,11 @@ def run_pipeline(
         _set_default_opset(model.opset_import, target_opset, add=True)
         for function in model.functions:
             _set_default_opset(function.opset_import, target_opset, add=False)
-    model.ir_version = choose_ir_version(model.ir_version, model.opset_import, bool(model.functions))
+    source_ir = model.ir_version
+    choice = choose_ir(model, source_ir=source_ir, target_opset=target_opset, asked=ir_version)
+    model.ir_version = choice.version
+    run.report.notes.append(f"IR version {source_ir} -> {choice.version}: {choice.reason}"
+                            if choice.version != source_ir else f"IR version {source_ir} kept: {choice.reason}")
     run.report.strictly_checked = bool(run.shapes.input_strict) and run.strict.complete
     run.reads.discard("")
     run.report.read_names = run.reads

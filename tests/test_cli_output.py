@@ -42,11 +42,16 @@ def test_summary_says_what_changed(tmp_path: Path) -> None:
     assert code == 0, err
     assert err.splitlines()[0] == "opset import ai.onnx 12 -> 18; no node needed rewriting"
     assert "no rewrites" not in err and "already matches" not in err
-    hardmax = _save(tmp_path / "h.onnx", _model(helper.make_node("Hardmax", ["x"], ["y"], axis=1, name="hm"), 13))
+    hm = _model(helper.make_node("Hardmax", ["x"], ["y"], axis=1, name="hm"), 13)
+    hardmax = _save(tmp_path / "h.onnx", hm)
     code, _, err = _invoke(["convert", str(hardmax), "-o", str(tmp_path / "o.onnx"), "--target-opset", "13"])
+    assert code == 0 and err.splitlines()[0] == "IR version 8 -> 7; no node needed rewriting", err  # opset 13's IR
+    hm.ir_version = 7
+    at_7 = _save(tmp_path / "h7.onnx", hm)
+    code, _, err = _invoke(["convert", str(at_7), "-o", str(tmp_path / "o.onnx"), "--target-opset", "13"])
     assert code == 0 and err.splitlines()[0] == "nothing changed: the model already imports ai.onnx 13", err
     code, _, err = _invoke(["convert", str(hardmax), "-o", str(tmp_path / "o.onnx"), "--target-opset", "11"])
-    assert err.splitlines()[0] == "opset import ai.onnx 13 -> 11; 1 node rewritten (1 verified)", err
+    assert err.splitlines()[0] == "opset import ai.onnx 13 -> 11; IR version 8 -> 6; 1 node rewritten (1 verified)", err
 
 
 def test_quick_start_output_and_nan_warning_in_one_line(tmp_path: Path) -> None:

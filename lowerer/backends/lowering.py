@@ -22,7 +22,7 @@ from lowerer.errors import ConversionError, InputError
 from lowerer.report import Report
 from lowerer.steps.registry import PICKED
 
-__all__ = ["PICKED", "backend_record", "finish", "make_plan", "prove", "refusal"]
+__all__ = ["PICKED", "backend_record", "check_loads", "finish", "make_plan", "prove", "refusal"]
 
 logger = logging.getLogger(__name__)
 
@@ -57,10 +57,12 @@ def finish(model: onnx.ModelProto, plan: BackendPlan, report: Report, warn: bool
     ``warn``: log one warning line per node kept as it is (``allow_fallback``); a dry run does not.
 
     Raises:
-        ConversionError: a node the profile names is left (no exact form, its form refused, or a rewrite
-            made it), unless the plan allows fallback.
+        ConversionError: the output's opset or IR version is above what the runtime version named loads,
+            or a node the profile names is left (no exact form, its form refused, or a rewrite made it),
+            unless the plan allows fallback.
     """
     profile = plan.profile
+    check_loads(model, profile)
     left = scan(model, profile)
     picked = {(f.scope, f.node) for f in plan.named}
     named = [*plan.named, *(f for f in left if (f.scope, f.node) not in picked)]
@@ -73,6 +75,63 @@ def finish(model: onnx.ModelProto, plan: BackendPlan, report: Report, warn: bool
                        k.finding.label(), profile.spec, k.finding.entry.why, k.reason)
     rewritten = sum(1 for r in report.rewrites if any(c.why == PICKED for c in r.crossings))
     report.backend = backend_record(profile, named, rewritten, kept)
+
+
+def check_loads(model: onnx.ModelProto, profile: Profile) -> None:
+    """Refuse an output whose opset or IR version the runtime version named does not load (``profile.loads``).
+
+    Every default-domain op-version of the output exists at its opset, so an opset the runtime loads
+    means op-versions it has (per its table); a higher one (``--target-opset`` above it) is refused.
+
+    Raises:
+        ConversionError: naming the limit, its source, and what would work.
+    """
+    from lowerer.opsets import default_opset
+
+    loads = profile.loads
+    if loads is None:
+        return
+    unsure = "" if loads.confirmed else ", not confirmed"
+    where = f"{profile.spec} loads {{}} (per {loads.source}{unsure})"
+    opset = default_opset(model.opset_import)
+    if loads.max_opset is not None and opset is not None and opset > loads.max_opset:
+        nodes = [n for n in model.graph.node if _newer(n, opset, loads.max_opset)]
+        first = f"; e.g. node {nodes[0].name or nodes[0].op_type!r} ({nodes[0].op_type})" if nodes else ""
+        raise ConversionError(where.format(f"default-domain opsets up to {loads.max_opset}") +
+                              f", and the output is at opset {opset}{first}; give --target-opset "
+                              f"{loads.max_opset} or lower (API: target_opset), or leave it out")
+    if loads.max_ir is not None and model.ir_version > loads.max_ir:
+        raise ConversionError(where.format(f"IR versions up to {loads.max_ir}") +
+                              f", and the output is at IR {model.ir_version}" + _ir_remedy(model, profile))
+
+
+def _ir_remedy(model: onnx.ModelProto, profile: Profile) -> str:
+    """Why the output needs its IR version, and what would work."""
+    from lowerer.backends.profile import load_rows
+    from lowerer.ir_version import lowest_for_opsets, needed_features
+
+    assert profile.loads is not None
+    limit = profile.loads.max_ir or 0
+    features = needed_features(model, limit)
+    needed = max([lowest_for_opsets(model.opset_import), *(ir for ir, _ in features)])
+    if needed <= limit:
+        return f"; leave out --ir-version (API: ir_version) or give {limit} or lower"
+    if not (features and features[0][0] == needed):
+        return ", the lowest its opsets allow; give a lower --target-opset (API: target_opset)"
+    newer = [r for r in load_rows(profile.name) if r.max_ir is None or r.max_ir >= needed]
+    release = f" (such as {profile.name}=={newer[0].version})" if newer else ""
+    return (f", the lowest the model's {features[0][1]} allow; no form at IR {limit} is known: name a release "
+            f"that loads IR {needed}{release}")
+
+
+def _newer(node: onnx.NodeProto, opset: int, limit: int) -> bool:
+    """Whether ``node``'s op-version at ``opset`` is newer than opset ``limit`` has."""
+    from lowerer.opsets import is_default_domain, since_version
+
+    if not is_default_domain(node.domain):
+        return False
+    version = since_version(node.op_type, opset)
+    return version is not None and version > limit
 
 
 def _reason_left(finding: Finding, plan: BackendPlan, picked: set[tuple[str, str]]) -> str:
@@ -97,6 +156,7 @@ def backend_record(profile: Profile, named: list[Finding], rewritten: int, kept:
         "left": [k.to_dict() for k in kept],
         "placement": None,
         "placement_detail": None,
+        "loads": None if profile.loads is None else profile.loads.to_dict(),
     }
 
 

@@ -10,7 +10,9 @@ that could not be confirmed in their source say so (``"confirmed": false`` and a
 A backend is named on the command line as ``NAME`` (its newest version), or with a version
 bound where the profile has version-dependent entries: ``tensorrt<9.2``, ``tensorrt==8.6``,
 ``tensorrt>=10``. An entry with ``backend_versions`` (``"<9.2"``) applies when some version the
-user named falls in its range.
+user named falls in its range. A profile's ``loads`` table (:mod:`lowerer.backends.loads`) says
+which opset and IR version each runtime release loads; ``onnxruntime`` names the CPU profile with
+onnxruntime's versions (``onnxruntime==1.14``).
 """
 
 from __future__ import annotations
@@ -25,16 +27,19 @@ from typing import TYPE_CHECKING, Any
 
 import onnx
 
+from lowerer.backends.loads import Loads, loads_for, parse_loads
 from lowerer.errors import InputError
 
 if TYPE_CHECKING:
     from lowerer.facts import Facts
 
-__all__ = ["BACKENDS", "REWRITES", "Entry", "Profile", "backend_names", "load_profile"]
+__all__ = ["BACKENDS", "REWRITES", "Entry", "Profile", "aliases_of", "backend_names", "load_profile", "load_rows"]
 
 #: The backends that ship a profile, by canonical name.
-BACKENDS = ("cpu", "cuda", "dml", "tensorrt", "openvino", "coreml", "qnn", "webgpu", "webnn")
-_ALIASES = {"directml": "dml", "trt": "tensorrt", "nvidia-tensorrt": "tensorrt", "ov": "openvino"}
+BACKENDS = ("cpu", "cuda", "dml", "tensorrt", "openvino", "coreml", "qnn", "webgpu", "webnn", "rknn", "winml")
+#: Other names of backends: ``onnxruntime`` is its default (CPU) provider, with onnxruntime's versions.
+_ALIASES = {"directml": "dml", "trt": "tensorrt", "nvidia-tensorrt": "tensorrt", "ov": "openvino",
+            "onnxruntime": "cpu", "ort": "cpu", "windowsml": "winml", "rknpu": "rknn"}
 
 #: The exact forms an entry may name, and what each does (for messages and ``inspect``).
 REWRITES: dict[str, str] = {
@@ -174,6 +179,7 @@ class Profile:
         provider: the onnxruntime execution provider that runs this backend.
         description: a line on the backend and how the profile was built.
         entries: the entries that apply to the backend version(s) named.
+        loads: the highest opset and IR version the runtime version named loads (None: no table).
     """
 
     name: str
@@ -181,6 +187,7 @@ class Profile:
     provider: str
     description: str
     entries: tuple[Entry, ...] = field(default_factory=tuple)
+    loads: Loads | None = None
 
     @property
     def ops(self) -> frozenset[str]:
@@ -195,6 +202,17 @@ class Profile:
             if entry.matches(node, version, facts):
                 return entry
         return None
+
+
+def aliases_of(name: str) -> list[str]:
+    """The other names of backend ``name`` (``cpu``: onnxruntime, ort)."""
+    return [alias for alias, target in _ALIASES.items() if target == name]
+
+
+def load_rows(name: str) -> tuple[Loads, ...]:
+    """Backend ``name``'s table of what each runtime release loads (empty: none), oldest first."""
+    rows: tuple[Loads, ...] = _profile_data(name)["loads"]
+    return rows
 
 
 def backend_names() -> str:
@@ -226,8 +244,9 @@ def load_profile(spec: object) -> Profile:
         applies = entry.backend_versions
         if applies is None or (named.overlaps(applies) if op is not None else applies.contains_newest()):
             entries.append(entry)
+    rows = data["loads"]
     return Profile(name=name, spec=spec.strip(), provider=data["provider"], description=data["description"],
-                   entries=tuple(entries))
+                   entries=tuple(entries), loads=loads_for(rows, op, m.group(3)) if rows else None)
 
 
 @functools.cache
@@ -238,7 +257,13 @@ def _profile_data(name: str) -> dict[str, Any]:
         raw = json.loads(text)
     except ValueError as e:
         raise InputError(f"the profile of backend {name!r} is not valid JSON: {e}") from None
-    return parse_profile(raw, f"{name}.json")
+    data = parse_profile(raw, f"{name}.json")
+    shared = raw.get("loads") if isinstance(raw, dict) else None
+    if isinstance(shared, str):  # an onnxruntime provider: onnxruntime's versions and limits
+        if shared not in BACKENDS or shared == name:
+            raise InputError(f"profile {name}.json: 'loads' names no other backend: {shared!r}")
+        data["loads"] = _profile_data(shared)["loads"]
+    return data
 
 
 def parse_profile(raw: object, source: str) -> dict[str, Any]:
@@ -251,7 +276,11 @@ def parse_profile(raw: object, source: str) -> dict[str, Any]:
             not isinstance(raw.get("entries"), list):
         raise InputError(f"profile {source}: needs 'provider' (a string) and 'entries' (a list)")
     entries = [_entry(item, f"{source} entry {i}") for i, item in enumerate(raw["entries"])]
-    return {"provider": raw["provider"], "description": str(raw.get("description", "")), "entries": entries}
+    loads = raw.get("loads")
+    rows = () if loads is None or isinstance(loads, str) else \
+        parse_loads(loads, str(raw.get("runtime") or raw.get("backend") or source), source)
+    return {"provider": raw["provider"], "description": str(raw.get("description", "")), "entries": entries,
+            "loads": rows}
 
 
 def _entry(item: object, where: str) -> Entry:

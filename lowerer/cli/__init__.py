@@ -1,8 +1,8 @@
 """The ``lowerer`` command line: convert, inspect and verify ONNX models.
 
 The click group :func:`main` is here; each command has its module (:mod:`lowerer.cli.convert`,
-:mod:`lowerer.cli.inspect`, :mod:`lowerer.cli.verify`), its options come from the argument groups
-of :mod:`lowerer.cli.groups`. Heavy modules (onnx, onnxruntime, numpy) are imported inside the
+:mod:`lowerer.cli.inspect`, :mod:`lowerer.cli.verify`, :mod:`lowerer.cli.targets`), its options come
+from the argument groups of :mod:`lowerer.cli.groups`. Heavy modules (onnx, onnxruntime, numpy) are imported inside the
 commands so that ``lowerer --help`` answers at once.
 """
 
@@ -14,7 +14,7 @@ from typing import Any
 import click
 
 from lowerer._version import __version__
-from lowerer.cli import convert, inspect, verify
+from lowerer.cli import convert, inspect, targets, verify
 from lowerer.cli.epilog import EPILOG
 from lowerer.cli.exits import EXIT_INTERNAL, exit_on_broken_pipe, fail
 from lowerer.cli.groups import VerbosityArgs
@@ -64,7 +64,7 @@ def main() -> None:
     """
 
 
-for _command in (convert.convert, inspect.inspect, verify.verify):
+for _command in (convert.convert, inspect.inspect, verify.verify, targets.targets):
     main.add_command(_command)
 
 

@@ -98,7 +98,7 @@ class OutputArgs(ArgGroup):
 
 
 class ConversionArgs(ArgGroup):
-    """What a conversion is to do: ``--target-opset``, ``--decompose``, ``--for``, ``--allow-fallback``."""
+    """What a conversion is to do: ``--target-opset``, ``--decompose``, ``--for``, ``--allow-fallback``, IR version."""
 
     SPECS: ClassVar[dict[str, Spec]] = {
         "target_opset": (("--target-opset",), {
@@ -112,18 +112,25 @@ class ConversionArgs(ArgGroup):
                     "--decompose hardmax,layernormalization."}),
         "for_backend": (("--for", "for_backend"), {
             "metavar": "BACKEND", "default": None,
-            "help": "Lower for a backend: cpu, cuda, dml, tensorrt (e.g. tensorrt<9.2), openvino, coreml, qnn, "
-                    "webgpu, webnn. Rewrites exactly the nodes its profile names, with exact forms, each "
-                    "verified; proves the placement where its onnxruntime provider is installed."}),
+            "help": "Lower for a runtime target: onnxruntime (e.g. onnxruntime==1.14), cpu, cuda, dml, tensorrt "
+                    "(e.g. tensorrt==8.6), openvino, coreml, qnn, webgpu, webnn, rknn, winml ('lowerer targets' "
+                    "lists them). Takes the model to the highest opset and IR version it loads (unless "
+                    "--target-opset / --ir-version say otherwise) and rewrites exactly the nodes its profile "
+                    "names, with exact forms, each verified; proves the placement where its onnxruntime "
+                    "provider is installed."}),
         "allow_fallback": (("--allow-fallback",), {
             "is_flag": True,
             "help": "With --for: keep a node the backend cannot run and lowerer has no exact form for (a "
                     "warning line names it), and accept an unproven placement, instead of refusing."}),
+        "ir_version": (("--ir-version",), {
+            "type": int, "default": None, "metavar": "N",
+            "help": "IR version to write (default: with a target opset, the lowest that the opsets and the "
+                    "model's features allow; without one, the model's)."}),
     }
 
     @classmethod
     def parse(cls, values: dict[str, Any]) -> dict[str, Any]:
-        """The API's ``target_opset``, ``decompose``, ``for_backend`` and ``allow_fallback``, as given.
+        """The API's ``target_opset``, ``decompose``, ``for_backend``, ``allow_fallback`` and ``ir_version``, as given.
 
         Their values are checked once, by :meth:`lowerer.options.ConvertOptions.create`, which the command
         calls before it reads the model; here only what is a matter of the command line.
@@ -135,9 +142,10 @@ class ConversionArgs(ArgGroup):
         if given["allow_fallback"] and given["for_backend"] is None:
             raise click.UsageError("--allow-fallback goes with --for BACKEND")
         if given["target_opset"] is None and not (given["decompose"] or "").strip(", ") and \
-                given["for_backend"] is None:
-            raise click.UsageError("nothing to do: give --target-opset, --decompose and/or --for")
-        return {k: given[k] for k in ("target_opset", "decompose", "for_backend", "allow_fallback")}
+                given["for_backend"] is None and given.get("ir_version") is None:
+            raise click.UsageError("nothing to do: give --target-opset, --decompose, --for and/or --ir-version")
+        return {k: given[k] for k in ("target_opset", "decompose", "for_backend", "allow_fallback", "ir_version")
+                if k in given}
 
 
 class VerificationArgs(ArgGroup):

@@ -1,0 +1,136 @@
+"""Runtime targets (``--for onnxruntime==1.14``, ``tensorrt==8.6`` ...): the opset, IR version and ops each allows."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import onnx
+import onnxruntime as ort
+import pytest
+from click.testing import CliRunner
+from onnx import TensorProto, helper, numpy_helper
+
+import lowerer
+from lowerer.backends import BACKENDS, load_profile
+from lowerer.backends.loads import parse_loads
+from lowerer.backends.plan import scan
+from lowerer.backends.profile import load_rows
+from lowerer.cli import main
+from lowerer.errors import ConversionError, InputError
+from lowerer.opsets import since_version
+
+F = TensorProto.FLOAT
+
+
+def _model(opset: int = 21, ir_version: int = 10) -> onnx.ModelProto:
+    """Add (an initializer) + Hardmax + Relu at ``opset``: Hardmax is what several profiles name."""
+    w = numpy_helper.from_array(np.arange(6, dtype=np.float32).reshape(2, 3), "w")
+    nodes = [helper.make_node("Add", ["x", "w"], ["a"], name="add"),
+             helper.make_node("Hardmax", ["a"], ["h"], name="hardmax", axis=-1),
+             helper.make_node("Relu", ["h"], ["y"], name="relu")]
+    graph = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", F, [2, 3])],
+                              [helper.make_tensor_value_info("y", F, [2, 3])], [w])
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)], ir_version=ir_version)
+
+
+SPECS = ["onnxruntime==1.14", "onnxruntime==1.10", "tensorrt==8.6", "tensorrt<9.2", "rknn", "winml==19041",
+         "openvino==2023.0", "qnn==1.17", "coreml==1.14", "webgpu==1.18", "cuda==1.12", "tensorrt"]
+
+
+@pytest.mark.parametrize("spec", SPECS)
+def test_target_gets_an_opset_ir_version_and_ops_it_allows(spec: str) -> None:
+    profile = load_profile(spec)
+    loads = profile.loads
+    assert loads is not None and loads.max_opset is not None and loads.max_ir is not None
+    result = lowerer.convert(_model(), for_backend=spec, allow_fallback=True)
+    model = result.model
+    opset = model.opset_import[0].version
+    assert opset == min(21, loads.max_opset)
+    assert model.ir_version <= loads.max_ir
+    assert all((since_version(n.op_type, opset) or 0) <= loads.max_opset for n in model.graph.node)
+    assert not [f for f in scan(model, profile) if f.entry.rewrite is not None]
+    assert result.report.backend is not None and result.report.backend["loads"]["max_opset"] == loads.max_opset
+    onnx.checker.check_model(model, full_check=True)
+    x = np.random.default_rng(1).standard_normal((2, 3)).astype(np.float32)
+    before = ort.InferenceSession(_model().SerializeToString(), providers=["CPUExecutionProvider"])
+    after = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+    np.testing.assert_array_equal(before.run(None, {"x": x})[0], after.run(None, {"x": x})[0])
+
+
+def test_a_model_below_the_limit_keeps_its_opset_and_lowers_its_ir() -> None:
+    result = lowerer.convert(_model(17, 10), for_backend="onnxruntime==1.14")
+    assert result.model.opset_import[0].version == 17 and result.model.ir_version == 8
+
+
+def test_target_opset_above_what_the_runtime_loads_is_refused_with_the_highest_that_works() -> None:
+    with pytest.raises(ConversionError, match=r"onnxruntime==1.14 loads default-domain opsets up to 18 .*"
+                                              r"output is at opset 20.*--target-opset 18 or lower"):
+        lowerer.convert(_model(), for_backend="onnxruntime==1.14", target_opset=20)
+
+
+def test_target_opset_still_overrides_below_the_limit() -> None:
+    assert lowerer.convert(_model(), for_backend="tensorrt==8.6", target_opset=13).model.opset_import[0].version == 13
+
+
+def test_ir_version_above_what_the_runtime_loads_is_refused() -> None:
+    with pytest.raises(ConversionError, match=r"loads IR versions up to 8.*leave out --ir-version"):
+        lowerer.convert(_model(17), for_backend="onnxruntime==1.14", ir_version=9)
+
+
+def test_a_feature_the_runtime_ir_cannot_hold_names_a_release_that_works() -> None:
+    with pytest.raises(ConversionError, match=r"winml==17763 loads IR versions up to 3.*initializers that are not "
+                                              r"graph inputs.*winml==19041"):
+        lowerer.convert(_model(), for_backend="winml==17763", allow_fallback=True)
+
+
+@pytest.mark.parametrize(("spec", "version"), [("tensorrt==8.6", "8.6"), ("tensorrt==8.6.1", "8.6"),
+                                               ("tensorrt<9.2", "8.6"), ("tensorrt<=8.5", "8.4"),
+                                               ("tensorrt>=8.0", "10.0"), ("tensorrt", "10.0"),
+                                               ("onnxruntime==1.14", "1.14"), ("ort==1.16.3", "1.15"),
+                                               ("webgpu<1.20", "1.18")])
+def test_the_row_that_applies(spec: str, version: str) -> None:
+    loads = load_profile(spec).loads
+    assert loads is not None and loads.version == version
+
+
+def test_a_release_older_than_the_table_is_refused() -> None:
+    with pytest.raises(InputError, match=r"no load limits known for tensorrt ==7.1.*name 8.0 or newer"):
+        load_profile("tensorrt==7.1")
+
+
+@pytest.mark.parametrize("name", BACKENDS)
+def test_every_row_names_its_source(name: str) -> None:
+    for row in load_rows(name):
+        assert row.source and (row.confirmed or "not" in row.note or "recalled" in row.note)
+        if row.max_opset is not None:
+            assert row.max_ir is not None and row.max_ir >= onnx.helper.find_min_ir_version_for(
+                [helper.make_opsetid("", row.max_opset)])
+
+
+@pytest.mark.parametrize("bad", [[], [{"version": "x", "source": "s"}], [{"version": "1", "source": ""}],
+                                 [{"version": "2", "source": "s"}, {"version": "1", "source": "s"}],
+                                 [{"version": "1", "source": "s", "max_opset": "9"}]])
+def test_bad_loads_rows_are_refused(bad: object) -> None:
+    with pytest.raises(InputError, match=r"profile x\.json"):
+        parse_loads(bad, "x", "x.json")
+
+
+def test_targets_command_lists_limits_and_sources() -> None:
+    result = CliRunner().invoke(main, ["targets"])
+    assert result.exit_code == 0, result.output
+    lines = result.output.splitlines()
+    assert any(line.split()[:2] == ["tensorrt", "8.6+"] and "opset <= 17" in line for line in lines)
+    assert "not confirmed" in result.output and "[1] microsoft/onnxruntime" in result.output
+    listed = json.loads(CliRunner().invoke(main, ["targets", "--json"]).output)
+    assert {t["name"] for t in listed} == set(BACKENDS)
+    assert "onnxruntime" in next(t for t in listed if t["name"] == "cpu")["aliases"]
+
+
+def test_cli_for_tensorrt_picks_opset_and_ir(tmp_path: object) -> None:
+    src, out = f"{tmp_path}/m.onnx", f"{tmp_path}/o.onnx"
+    onnx.save(_model(), src)
+    result = CliRunner().invoke(main, ["convert", src, "-o", out, "--for", "tensorrt==8.6"])
+    assert result.exit_code == 0, result.output
+    written = onnx.load(out)
+    assert written.opset_import[0].version == 17 and written.ir_version == 8
