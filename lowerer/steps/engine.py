@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 
 import onnx
 
+from lowerer import remedies
 from lowerer.constants import ConstantIndex
 from lowerer.errors import ConversionError
 from lowerer.facts import Facts
@@ -212,7 +213,8 @@ class StepEngine:
         try:
             nodes = self._to(node, scope, source, target, facts, conversion, 0)
         except ConversionError as e:
-            raise self._blame_user_node(e, node, scope, source, target, conversion) from None
+            blamed = self._blame_user_node(e, node, scope, source, target, conversion)
+            raise self._with_remedy(blamed, node, scope, source, target) from None
         if nodes is not None and conversion.constants:  # a constant one step made, a later step folded away
             read = used_names_of(nodes)
             conversion.constants = [c for c in conversion.constants if c.name in read]
@@ -220,6 +222,38 @@ class StepEngine:
             return None  # stays, or crossed the steps without any change: a relabel
         conversion.nodes = nodes
         return conversion
+
+    def _with_remedy(self, e: ConversionError, node: onnx.NodeProto, scope: Scope, source: int,
+                     target: int) -> ConversionError:
+        """``e`` ending with the opset closest to ``target`` that ``node`` converts to (see :mod:`lowerer.remedies`)."""
+        if source == target and self.picked_ops and not remedies.ends_with_remedy(str(e)):
+            return ConversionError(f"{e}; {remedies.FALLBACK}", node=e.node, scope=e.scope)  # a backend form
+        if source == target or node.domain not in ("", "ai.onnx") or since_version(node.op_type, source) is None:
+            return e  # not a node of the default domain at its own opset: no opset helps
+        reached = self.reach(node, scope, source, target)
+        message = remedies.with_reach(str(e), source, target, reached)
+        return e if message == str(e) else ConversionError(message, node=e.node, scope=e.scope)
+
+    def reach(self, node: onnx.NodeProto, scope: Scope, source: int, target: int) -> int:
+        """The opset closest to ``target`` that ``node`` (at ``source``) converts to, on its own.
+
+        Each opset from ``target`` towards ``source`` is tried with a copy of the node, the first that
+        converts wins; ``source`` when none does. Used after a refusal, to say what would work.
+        """
+        way = 1 if target < source else -1
+        for opset in range(target + way, source, way):
+            trial = onnx.NodeProto()
+            trial.CopyFrom(node)
+            facts = Facts(scope, self.shapes, self.constants, self._used)
+            try:
+                self._to(trial, scope, source, opset, facts, Conversion([], first_name=node.name), 0)
+            except ConversionError:
+                continue
+            except Exception as e:  # an advisory search: a failure here must not hide the refusal
+                logger.debug("trying %s at opset %d failed: %s", node.op_type, opset, e)
+                continue
+            return opset
+        return source
 
     @staticmethod
     def _blame_user_node(e: ConversionError, node: onnx.NodeProto, scope: Scope, source: int, target: int,
@@ -387,8 +421,7 @@ class StepEngine:
         op = node.op_type
         first = first_version(op)
         if first is not None and target < first:
-            why = (f"{op} does not exist there (it was introduced at opset {first}); the lowest opset this node "
-                   f"can be taken to is {first}")
+            why = f"{op} does not exist there (it was introduced at opset {first})"
         else:
             why = f"{op} does not exist at opset {target}"
         return ConversionError(f"node {node_label(node)} ({op}-{sv}, in {scope.path}) cannot be converted to opset "

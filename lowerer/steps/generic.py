@@ -19,6 +19,7 @@ from onnx import helper
 
 from lowerer.naming import NameGenerator
 from lowerer.reference import np_dtype
+from lowerer.remedies import ADD_SHAPES, ADD_TYPES, MAKE_CONSTANT
 from lowerer.steps.changes import (
     ONES,
     AttrAdded,
@@ -234,7 +235,7 @@ def check_types(em: Emitter, node: onnx.NodeProto, opset: int, why: str) -> None
                 continue  # typed by an input, checked there (a heterogeneous variadic, Loop's, binds nothing)
             spelled = em.facts.type_str(name)
             if spelled is None:
-                em.refuse(f"{why}, and the type of {kind} {name!r} is unknown; add type information (value_info)")
+                em.refuse(f"{why}, and the type of {kind} {name!r} is unknown; {ADD_TYPES}")
             if spelled not in allowed:
                 if spelled == "tensor(bfloat16)" and opset < 13:
                     em.refuse(f"bfloat16 input, and no op accepts bfloat16 below opset 13 (not even Cast): {kind} "
@@ -367,7 +368,7 @@ def _negative_values(em: Emitter, node: onnx.NodeProto, step: Step, change: Chan
     constant = em.constant(name)
     if constant is None:
         em.refuse(f"{step.op} allows negative {change.kind} values in input {change.input} from version "
-                  f"{step.version}, and input {name!r} is not a constant, so they cannot be ruled out")
+                  f"{step.version}, and input {name!r} is not a constant, so they cannot be ruled out; {MAKE_CONSTANT}")
     if constant.size == 0 or bool(np.all(constant >= 0)):
         return
     fixed = _normalized(em, node, step, change, constant.astype(np.int64), f"input {name!r}")
@@ -382,7 +383,7 @@ def _normalized(em: Emitter, node: onnx.NodeProto, step: Step, change: NegativeV
         rank = em.rank(of) if of else None
         if rank is None:
             em.refuse(f"{where} holds negative axes, which {_label(step, True)} does not accept, and the rank of "
-                      f"{of!r} is unknown; add shape information (value_info)")
+                      f"{of!r} is unknown; {ADD_SHAPES}")
         return np.where(values < 0, values + rank, values)
     # Indices: counted from the size along the node's axis.
     dims = em.dims(of) if of else None
@@ -393,7 +394,7 @@ def _normalized(em: Emitter, node: onnx.NodeProto, step: Step, change: NegativeV
     size = dims[axis] if dims is not None and 0 <= axis < len(dims) else None
     if size is None:
         em.refuse(f"{where} holds negative indices, which {_label(step, True)} does not accept, and the size of "
-                  f"{of!r} along axis {axis} is not static; add shape information")
+                  f"{of!r} along axis {axis} is not static; {ADD_SHAPES}")
     return np.where(values < 0, values + size, values)
 
 
@@ -417,7 +418,7 @@ def _broadcast(em: Emitter, node: onnx.NodeProto, step: Step, change: Change, do
     em.refuse(f"{step.op} broadcasts numpy-style from version {step.version}; {_label(step, True)} "
               + ("broadcasts only a second input whose static shape is a suffix of the first's"
                  if change.legacy == "attribute" else "needs inputs of the same static shape")
-              + ", which this node's inputs are not known to have")
+              + f", which this node's inputs are not known to have; {ADD_SHAPES}")
 
 
 def _optional_input(em: Emitter, node: onnx.NodeProto, step: Step, change: Change, down: bool) -> None:
@@ -507,7 +508,8 @@ def _inputs_to_attributes(em: Emitter, node: onnx.NodeProto, step: Step, moved: 
         if value is None:
             em.refuse(f"{step.op} takes {change.attr!r} as input {change.input} from version {step.version}; "
                       f"{_label(step, True)} needs it as an attribute, and input {name!r} is not a constant "
-                      "(an initializer that is not a graph input, a Constant, or a foldable shape computation)")
+                      "(an initializer that is not a graph input, a Constant, or a foldable shape computation); "
+                      + MAKE_CONSTANT)
         attr_type = onnx.defs.OpSchema.AttrType
         kind = old.attributes[change.attr].type if change.attr in old.attributes else None
         flat = value.reshape(-1)
@@ -556,7 +558,7 @@ def _attributes_to_inputs(em: Emitter, node: onnx.NodeProto, step: Step, moved: 
             elem = em.elem_type(node.input[0])
             if elem is None:
                 em.refuse(f"{change.attr!r} becomes an input typed like input {node.input[0]!r} at "
-                          f"{step.op}-{step.version}, and that type is unknown; add type information")
+                          f"{step.op}-{step.version}, and that type is unknown; {ADD_TYPES}")
             dtype = np_dtype(elem)
         array = np.array(value, dtype=dtype)
         if array.ndim == 0 and not change.scalar:

@@ -1,0 +1,90 @@
+"""What would work instead: the remedy every refusal ends with.
+
+A refusal says why lowerer cannot convert something and then what would work: the opset closest to
+the one asked for that the node converts to (computed by the step engine, which tries the node alone
+at each opset in between), type or shape information and how to get it, a static export, an option
+that changes the outcome. The engine appends the opset to every refusal of a node
+(:func:`with_reach`); refusals that know a more specific remedy name it themselves, with the phrases
+kept here so that the same advice reads the same everywhere.
+"""
+
+from __future__ import annotations
+
+import re
+
+__all__ = [
+    "ADD_SHAPES",
+    "ADD_TYPES",
+    "FALLBACK",
+    "MAKE_CONSTANT",
+    "REACHED",
+    "REMEDY",
+    "ends_with_remedy",
+    "last_clause",
+    "reach_clause",
+    "with_reach",
+]
+
+#: How to give lowerer a value's type: onnx's own inference, or the model from before onnxruntime fused it.
+ADD_TYPES = ("add type information (value_info) for it: onnx.shape_inference.infer_shapes(model) states "
+             "what onnx can infer, and a model saved by onnxruntime's optimizer (com.microsoft ops onnx "
+             "cannot infer) converts from the model it was optimized from")
+#: How to give lowerer a value's shape: static dims, which its shape computations then fold.
+ADD_SHAPES = ("add shape information (value_info) for it, or make the input shapes static (export with "
+              "static shapes, or python -m onnxruntime.tools.make_dynamic_shape_fixed)")
+#: How to make a run-time value a constant: static input shapes fold the shape computations it comes from.
+MAKE_CONSTANT = ("make it a constant: export with static input shapes (or python -m "
+                 "onnxruntime.tools.make_dynamic_shape_fixed) so that the shape computation it comes from folds")
+#: What keeps a node a backend profile names but no exact form replaces (``--for``).
+FALLBACK = "--allow-fallback (API: allow_fallback=True) keeps it for onnxruntime's fallback"
+
+#: Phrasings of a remedy (searched for in a message's last clause, case-insensitive).
+REMEDY = re.compile(
+    r"(lowest|highest) opset (this node can be taken to|that works|for this node) is \d+"
+    r"|target(ing)? opset (>=|<=|\d)|target (>=|<=) \d|choose a target opset|keep (the model at |an )?opset"
+    r"|re-export|export with|static (input )?shapes|--[a-z][a-z-]+"
+    r"|add (type|shape) information|value_info|make_dynamic_shape_fixed"
+    r"|inline the function|give (the node |literal )|please report it|convert(s)? from the model",
+    re.IGNORECASE)
+
+#: The opset :func:`reach_clause` names (group 1).
+REACHED = re.compile(r"(?:lowest|highest) opset this node can be taken to is (\d+)")
+
+
+def last_clause(message: str) -> str:
+    """The text after the last ``"; "`` of ``message`` (the whole message when it has none)."""
+    return message.rsplit("; ", 1)[-1]
+
+
+def ends_with_remedy(message: str) -> bool:
+    """Whether the last clause of ``message`` says what would work (see :data:`REMEDY`)."""
+    return REMEDY.search(last_clause(message)) is not None
+
+
+def reach_clause(source: int, target: int, reached: int, *, how: bool = True) -> str:
+    """The remedy naming the opset closest to ``target`` that a node at ``source`` converts to.
+
+    Args:
+        source: the opset the node is at.
+        target: the opset asked for.
+        reached: the closest opset to ``target`` (between ``source`` and ``target``, ``source``
+            itself when no other) that the node converts to.
+        how: when ``reached`` is ``source``, also say how to get further (a re-export).
+    """
+    down = target < source
+    clause = f"the {'lowest' if down else 'highest'} opset this node can be taken to is {reached}"
+    if reached == source and how:
+        clause += f" (its own: re-export the model at opset {target} from its framework to get there)"
+    return clause
+
+
+def with_reach(message: str, source: int, target: int, reached: int) -> str:
+    """``message`` ending with :func:`reach_clause`, unless its own remedy already names ``reached``."""
+    own = ends_with_remedy(message)
+    clause = reach_clause(source, target, reached, how=not own)
+    if clause.split(" (", 1)[0] in message:
+        return message
+    last = last_clause(message)
+    if own and re.search(rf"\b{reached}\b", last) and "opset" in last:
+        return message
+    return f"{message}; {clause}"
