@@ -16,6 +16,7 @@ own gaps (see :mod:`lowerer.validation`).
 from __future__ import annotations
 
 import re
+from collections.abc import Iterator
 from typing import Any
 
 import onnx
@@ -55,41 +56,38 @@ class NodeReach:
     def __init__(self, model: onnx.ModelProto, names: frozenset[str]) -> None:
         self.source = default_opset(model.opset_import)
         self._walk = ConversionWalk(model, None, request_for(names), None)
-        #: Default-domain nodes by (scope opset, op): the engine decides per op whether any needs looking at.
-        self._by_op: dict[tuple[int, str], list[tuple[Scope, int, onnx.NodeProto]]] = {}
-        for root in iter_scopes(model):
-            for scope, index, node in root.walk():
-                if node.domain in ("", "ai.onnx") and scope.opset is not None:
-                    self._by_op.setdefault((scope.opset, node.op_type), []).append((scope, index, node))
-        self._patterns: dict[tuple[int, str], list[tuple[Scope, int, onnx.NodeProto]]] = {}
+        #: Every default-domain node, in the order a conversion meets them (a node's subgraphs before it).
+        self._nodes = [(scope, index, node) for root in iter_scopes(model) for scope, index, node in _in_order(root)
+                       if node.domain in ("", "ai.onnx") and scope.opset is not None]
+        #: Positions in that order of the nodes of each (scope opset, op).
+        self._positions: dict[tuple[int, str], list[int]] = {}
+        for position, (scope, _, node) in enumerate(self._nodes):
+            assert scope.opset is not None
+            self._positions.setdefault((scope.opset, node.op_type), []).append(position)
+        self._patterns: dict[int, object] = {}
         self._refused: dict[int, str | None] = {}
 
-    def _distinct(self, key: tuple[int, str]) -> list[tuple[Scope, int, onnx.NodeProto]]:
-        """One node of ``key``'s nodes per pattern (facts gathered the first time an op needs them)."""
-        found = self._patterns.get(key)
-        if found is None:
-            seen: set[object] = set()
-            found = self._patterns[key] = []
-            for scope, index, node in self._by_op[key]:
-                pattern = self._pattern(scope, node)
-                if pattern not in seen:
-                    seen.add(pattern)
-                    found.append((scope, index, node))
-        return found
-
     def _pattern(self, scope: Scope, node: onnx.NodeProto) -> object:
+        """What the node's conversion depends on (computed once per node, when an op first needs it)."""
+        key = id(node)
+        found = self._patterns.get(key)
+        if found is not None:
+            return found
         if node.attribute and any(a.type in (onnx.AttributeProto.GRAPH, onnx.AttributeProto.GRAPHS)
                                   for a in node.attribute):
-            return id(node)  # a control-flow node: its bodies decide
-        walk = self._walk
-        types = tuple(walk.shapes.lookup(scope, n) if n else None for n in node.input)
-        values = []
-        for n in node.input:
-            value = walk.constants.value(scope, n) if n else None
-            values.append(None if value is None else (str(value.dtype), value.shape, value.tobytes()))
-        attrs = tuple(a.SerializeToString() for a in node.attribute)
-        used = tuple(bool(o) and walk.used(o) for o in node.output)
-        return (repr(types), tuple(values), attrs, used, len(node.input))
+            found = key  # a control-flow node: its bodies decide
+        else:
+            walk = self._walk
+            types = tuple(walk.shapes.lookup(scope, n) if n else None for n in node.input)
+            values = []
+            for n in node.input:
+                value = walk.constants.value(scope, n) if n else None
+                values.append(None if value is None else (str(value.dtype), value.shape, value.tobytes()))
+            found = (scope.opset, node.op_type, repr(types), tuple(values),
+                     tuple(a.SerializeToString() for a in node.attribute),
+                     tuple(bool(o) and walk.used(o) for o in node.output), len(node.input))
+        self._patterns[key] = found
+        return found
 
     def refusal(self, target: int) -> str | None:
         """Why converting the model to ``target`` is refused (a node's refusal), or None when it is not."""
@@ -98,20 +96,30 @@ class NodeReach:
         return self._refused[target]
 
     def _first_refusal(self, target: int) -> str | None:
+        """The first refusal in the order a conversion meets the nodes (one node tried per pattern)."""
         walk, engine = self._walk, self._walk.engine
-        for (opset, op), nodes in self._by_op.items():
-            if engine.leaves(nodes[0][2], opset, target) and op != "Scan":
+        seen: set[object] = set()
+        # Only the nodes of ops the engine does not leave alone at this target (decided once per op).
+        positions = sorted(p for (opset, op), found in self._positions.items()
+                           if op == "Scan" or not engine.leaves(self._nodes[found[0]][2], opset, target)
+                           for p in found)
+        for scope, index, node in (self._nodes[p] for p in positions):
+            opset = scope.opset
+            assert opset is not None
+            scan = node.op_type == "Scan"
+            pattern = self._pattern(scope, node)
+            if pattern in seen:
                 continue
-            for scope, index, node in self._distinct((opset, op)):
-                try:
-                    if op == "Scan":
-                        for child in scope.children(index, node):
-                            refuse_unshaped_scan_body(node, scope, walk.shapes, child, opset, target)
-                    if not engine.leaves(node, opset, target) and \
-                            walk.node(node, index, scope, opset, target, []) is not None:  # node gate, inference
-                        check_rewrite_opens(walk.report.rewrites[-1], walk.report)  # onnxruntime opens it
-                except ConversionError as e:
-                    return str(e)
+            seen.add(pattern)
+            try:
+                if scan:
+                    for child in scope.children(index, node):
+                        refuse_unshaped_scan_body(node, scope, walk.shapes, child, opset, target)
+                if not engine.leaves(node, opset, target) and \
+                        walk.node(node, index, scope, opset, target, []) is not None:  # node gate, inference
+                    check_rewrite_opens(walk.report.rewrites[-1], walk.report)  # onnxruntime opens it
+            except ConversionError as e:
+                return str(e)
         return None
 
     def search(self) -> dict[str, Any]:
@@ -129,3 +137,11 @@ class NodeReach:
                 opset += step
             found[key], found[f"{key}_limit"] = opset, stop
         return found
+
+
+def _in_order(scope: Scope) -> Iterator[tuple[Scope, int, onnx.NodeProto]]:
+    """The nodes of ``scope`` and below, each node's subgraphs first (as the conversion walk takes them)."""
+    for index, node in enumerate(scope.holder.node):
+        for child in scope.children(index, node):
+            yield from _in_order(child)
+        yield scope, index, node

@@ -216,7 +216,7 @@ class StepEngine:
             blamed = self._blame_user_node(e, node, scope, source, target, conversion)
             raise self._with_remedy(blamed, node, scope, source, target) from None
         if nodes is not None and conversion.constants:  # a constant one step made, a later step folded away
-            read = used_names_of(nodes)
+            read = used_names_of(nodes).union(node.output)  # a constant may be the node's own output
             conversion.constants = [c for c in conversion.constants if c.name in read]
         if nodes is None or (len(nodes) == 1 and not conversion.constants and nodes[0] == node):
             return None  # stays, or crossed the steps without any change: a relabel
