@@ -36,6 +36,8 @@ logger = logging.getLogger(__name__)
 Verifier = Callable[[Rewrite], None]
 
 _CONTROL_FLOW = frozenset({"If", "Loop", "Scan", "SequenceMap"})
+#: Not yet decided (per op, in the walk's per-op tables).
+_UNKNOWN = object()
 #: Constant inputs up to this many elements are fed to verification as they are (axes, shapes,
 #: indices: their values matter); larger ones (weights) are generated like other inputs.
 _FED_AS_IS_MAX = 1 << 16
@@ -59,6 +61,7 @@ class ConversionWalk:
         #: Every name read after the walk: by the nodes kept, the replacements (subgraphs included), and as
         #: graph or function outputs.
         self.reads: set[str] = set()
+        self._narrowing: dict[tuple[int, int], dict[str, object]] = {}
         self.engine = StepEngine(REGISTRY, self.names, self.shapes, self.constants, request, self.used,
                                  picker, picked_ops)  # picker: --for BACKEND (lowerer.backends)
         self._gates: dict[int, NodeGate] = {}
@@ -85,6 +88,8 @@ class ConversionWalk:
         # Per op: True when every node of it is left alone (decided once per op and opsets).
         untouched = engine.untouched_table(source, target) if source is not None and target is not None else {}
         read = self.reads.update  # what every node reads once the walk is done (for the clean-up pass)
+        # Per op left as it is: onnxruntime's kernel types at the target where they narrowed (else None).
+        narrowing = self._narrowing.setdefault((source or 0, target or 0), {})
         read(o.name for o in scope.holder.output) if scope.graph is not None else read(scope.holder.output)
         for index, node in enumerate(nodes):
             replacement: list[onnx.NodeProto] | None = None
@@ -102,6 +107,12 @@ class ConversionWalk:
                     skip = untouched[op_type] = engine.leaves(node, source, target)
                 if not skip:
                     replacement = self.node(node, index, scope, source, target, new_constants)
+                if replacement is None and source != target:  # relabeled: does onnxruntime still take its types?
+                    narrowed = narrowing.get(op_type, _UNKNOWN)
+                    if narrowed is _UNKNOWN:
+                        narrowed = narrowing[op_type] = self._narrowed(op_type, source, target)
+                    if narrowed is not None:
+                        self._kernel_types(node, scope, target, narrowed)
             elif node.attribute:
                 self.subgraphs(node, index, scope)
             if replacement is not None:
@@ -129,6 +140,33 @@ class ConversionWalk:
                 # Below IR 4 every initializer must be a graph input, and a subgraph's inputs are fixed
                 # by its op (If branches have none): IR 4 lifts that and means the same otherwise.
                 self.model.ir_version = 4
+
+    @staticmethod
+    def _narrowed(op: str, source: int, target: int) -> dict[str, frozenset[str]] | None:
+        """The kernel types of onnxruntime for ``op`` at ``target`` where they miss some it took at ``source``."""
+        from lowerer.ort_support import MIN_ORT_OPSET
+        from lowerer.runtime_gate import narrowed_kernel_types
+
+        if min(source, target) < MIN_ORT_OPSET:
+            return None  # onnxruntime opens neither side, or not one of them: nothing to compare
+        sv, tv = since_version(op, source), since_version(op, target)
+        return None if sv is None or tv is None else narrowed_kernel_types(op, sv, tv)
+
+    def _kernel_types(self, node: onnx.NodeProto, scope: Scope, target: int, kernel: object) -> None:
+        """Record when onnxruntime's kernel at ``target`` lacks the type of an input of ``node`` (kept as it is)."""
+        from lowerer.runtime_gate import kernel_type_gaps, note_kernel_type_gap
+
+        assert isinstance(kernel, dict)
+        version = since_version(node.op_type, target)
+        assert version is not None
+
+        def elem(name: str) -> int | None:
+            vt = self.shapes.lookup(scope, name)
+            return vt[0] if vt is not None and vt[0] else None
+
+        gap = kernel_type_gaps(node, version, target, kernel, elem)
+        if gap is not None:
+            note_kernel_type_gap(self.report, node.op_type, version, gap)
 
     def subgraphs(self, node: onnx.NodeProto, index: int, scope: Scope) -> None:
         """Walk ``node``'s subgraphs (a Scan's body then states the shapes onnxruntime's older Scan needs)."""

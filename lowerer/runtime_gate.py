@@ -22,7 +22,7 @@ from __future__ import annotations
 import functools
 import logging
 import re
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
 import onnx
 
@@ -30,7 +30,7 @@ from lowerer.errors import ConversionError
 from lowerer.ort_support import CHECKED_MODELS, MIN_ORT_OPSET, check_loads, max_ort_opset, ort_supports
 from lowerer.report import Report, Rewrite
 
-__all__ = ["check_rewrite_opens", "check_runtime"]
+__all__ = ["check_rewrite_opens", "check_runtime", "kernel_type_gaps", "narrowed_kernel_types", "note_kernel_type_gap"]
 
 logger = logging.getLogger(__name__)
 
@@ -87,6 +87,12 @@ def _check_pattern(rewrite: Rewrite, pair: tuple[onnx.ModelProto, onnx.ModelProt
     original, replacement = pair
     why = check_loads(replacement)
     if why is None:
+        return
+    missing = _NO_KERNEL.search(why)
+    if missing is not None and missing[1] == rewrite.op_type:
+        # The node's own op at the target (Pad-13 on bfloat16 ...): onnxruntime's gap, not a choice of lowerer's.
+        _note(report, f"unverified: onnxruntime {_ort_version()} has no kernel for {missing[1]}-{missing[2]} "
+                      f"(the types of node {rewrite.node!r})")
         return
     if ort_supports(original) and check_loads(original) is None:  # lowerer's choice of ops: a gap
         raise ConversionError(
@@ -205,3 +211,62 @@ def _probe(node: onnx.NodeProto, opset: int) -> str | None:
 
 
 _ELEM = {f"tensor({onnx.TensorProto.DataType.Name(v).lower()})": v for v in onnx.TensorProto.DataType.values()}
+
+
+@functools.lru_cache(maxsize=4096)
+def _kernel_types(op: str, version: int) -> dict[str, frozenset[str]] | None:
+    """Per type constraint, every type onnxruntime's CPU kernels of ``op``-``version`` take (None: no kernel)."""
+    from onnxruntime.capi import _pybind_state
+
+    found: dict[str, set[str]] = {}
+    hit = False
+    for k in _pybind_state.get_all_opkernel_def():
+        if k.op_name == op and k.provider == "CPUExecutionProvider" and k.domain in ("", "ai.onnx"):
+            low, high = k.version_range
+            if low <= version <= high:
+                hit = True
+                for name, types in k.type_constraints.items():
+                    found.setdefault(name, set()).update(types)
+    return {name: frozenset(types) for name, types in found.items()} if hit else None
+
+
+@functools.lru_cache(maxsize=4096)
+def narrowed_kernel_types(op: str, source: int, target: int) -> dict[str, frozenset[str]] | None:
+    """The target kernel's types per constraint where they miss a type the source kernel took, else None.
+
+    A node that onnxruntime runs at since-``source`` keeps running at since-``target`` unless the
+    target's kernel takes fewer types (Max-6 takes float only, Max-13 double too): only then are a
+    relabeled node's input types worth looking at (:func:`kernel_type_gaps`).
+    """
+    if source == target:
+        return None
+    before, after = _kernel_types(op, source), _kernel_types(op, target)
+    if before is None or after is None:
+        return None  # no kernel at all: the op-version check of check_runtime records it
+    if all(types <= after.get(name, frozenset()) for name, types in before.items()):
+        return None
+    return after
+
+
+def kernel_type_gaps(node: onnx.NodeProto, version: int, opset: int, kernel: dict[str, frozenset[str]],
+                     elem_type: Callable[[str], int | None]) -> str | None:
+    """The first input type of ``node`` (at since-``version``) the target kernel does not take, spelled, or None."""
+    schema = onnx.defs.get_schema(node.op_type, opset, "")
+    formal = schema.inputs
+    for i, name in enumerate(node.input):
+        if not name or not formal:
+            continue
+        param = formal[min(i, len(formal) - 1)].type_str
+        allowed = kernel.get(param)
+        elem = elem_type(name)
+        if allowed is None or elem is None:
+            continue
+        spelled = f"tensor({onnx.TensorProto.DataType.Name(elem).lower()})"
+        if spelled not in allowed:
+            return spelled
+    return None
+
+
+def note_kernel_type_gap(report: Report, op: str, version: int, spelled: str) -> None:
+    """Record that onnxruntime has no kernel of ``op``-``version`` for ``spelled`` (the conversion stands)."""
+    _note(report, f"unverified: onnxruntime {_ort_version()} has no kernel for {op}-{version} on {spelled}")

@@ -207,3 +207,21 @@ def test_an_ir_version_older_than_the_opsets_need_is_refused() -> None:
     report.strictly_checked = True
     with pytest.raises(ConversionError, match="IR version"):
         validate_output(model, None, report, 21, input_checked=True)
+
+
+def test_relabel_onto_a_kernel_without_the_input_type_is_recorded_as_unverified() -> None:
+    """Max-13 on double -> opset 7 (Max-6): onnxruntime's Max-6 kernel takes float only; the node is kept and said."""
+
+    import lowerer
+
+    x = helper.make_tensor_value_info("x", TensorProto.DOUBLE, [3])
+    y = helper.make_tensor_value_info("y", TensorProto.DOUBLE, [3])
+    model = helper.make_model(helper.make_graph([helper.make_node("Max", ["x", "x"], ["y"])], "g", [x], [y]),
+                              opset_imports=[helper.make_opsetid("", 13)], ir_version=7)
+    report = lowerer.convert(model, target_opset=7, verify=False).report
+    assert any("has no kernel for Max-6 on tensor(double)" in n for n in report.notes)
+    floats = helper.make_model(helper.make_graph([helper.make_node("Max", ["x", "x"], ["y"])], "g",
+                                                 [helper.make_tensor_value_info("x", TensorProto.FLOAT, [3])],
+                                                 [helper.make_tensor_value_info("y", TensorProto.FLOAT, [3])]),
+                               opset_imports=[helper.make_opsetid("", 13)], ir_version=7)
+    assert not any("no kernel" in n for n in lowerer.convert(floats, target_opset=7, verify=False).report.notes)
