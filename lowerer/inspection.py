@@ -8,7 +8,7 @@ from typing import Any
 import onnx
 
 from lowerer.errors import ConversionError, InputError
-from lowerer.opsets import MAX_OPSET, MIN_OPSET, default_opset, is_default_domain, since_version
+from lowerer.opsets import default_opset, is_default_domain, since_version
 from lowerer.scopes import iter_scopes, node_graphs
 
 __all__ = ["OWNED_OPS", "inspect_backend", "inspect_model", "opset_reach", "opset_reach_by_conversions", "owned_nodes",
@@ -52,7 +52,7 @@ def opset_reach(model: onnx.ModelProto, decompose: Any = ()) -> dict[str, Any]:
     Both are searched outwards from the model's own opset, one opset at a time, and stop at the
     first refusal: every opset in between is reachable. ``lowest_limit`` / ``highest_limit`` hold
     that refusal (see :func:`lowerer.reach.limit`: the opset refused, the node it names, the message),
-    or None where the search ran out of opsets (:data:`MIN_OPSET`, :data:`MAX_OPSET`). Each opset is
+    or None where the search ran out of opsets (:data:`lowerer.opsets.MIN_OPSET`, :data:`lowerer.opsets.MAX_OPSET`). Each opset is
     judged on the model's nodes, one per pattern, for about the cost of one conversion
     (:class:`lowerer.reach.NodeReach`); :func:`opset_reach_by_conversions` converts the whole model to
     each opset instead.
@@ -67,22 +67,12 @@ def opset_reach(model: onnx.ModelProto, decompose: Any = ()) -> dict[str, Any]:
 
 def opset_reach_by_conversions(model: onnx.ModelProto, decompose: Any = ()) -> dict[str, Any]:
     """:func:`opset_reach` by converting the whole model (unverified) to each opset in turn (slow; the reference)."""
-    from lowerer.reach import limit
+    from lowerer.reach import search_outwards
 
     source = default_opset(model.opset_import)
     if source is None:
         raise InputError("the model does not import the default domain: it has no opset to convert")
-    found: dict[str, Any] = {}
-    for key, step, end in (("lowest", -1, MIN_OPSET), ("highest", 1, MAX_OPSET)):
-        opset, stop = source, None
-        while opset != end:
-            refused = _attempt(model, opset + step, decompose)[1]
-            if refused is not None:
-                stop = limit(opset + step, refused)
-                break
-            opset += step
-        found[key], found[f"{key}_limit"] = opset, stop
-    return found
+    return search_outwards(source, lambda opset: _attempt(model, opset, decompose)[1])
 
 
 def reachable_opsets(model: onnx.ModelProto, decompose: Any = ()) -> tuple[int, int]:

@@ -16,7 +16,7 @@ own gaps (see :mod:`lowerer.validation`).
 from __future__ import annotations
 
 import re
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import onnx
@@ -28,7 +28,7 @@ from lowerer.pipeline import ConversionWalk, refuse_unshaped_scan_body
 from lowerer.runtime_gate import check_rewrite_opens
 from lowerer.scopes import Scope, iter_scopes
 
-__all__ = ["NodeReach", "limit"]
+__all__ = ["NodeReach", "limit", "search_outwards"]
 
 #: How a refusal names its node: ``node 'tri' (Trilu-14, in graph)`` (or ``<unnamed Op>``).
 _NODE = re.compile(r"^node ('(?:[^'\\]|\\.)*'|\"(?:[^\"\\]|\\.)*\"|<unnamed [^>]*>) \((\w+)-(\d+), in ([^)]*)\)")
@@ -123,20 +123,29 @@ class NodeReach:
         return None
 
     def search(self) -> dict[str, Any]:
-        """The lowest and highest reachable opsets and what limits each (see :func:`limit`)."""
+        """The lowest and highest reachable opsets and what limits each (see :func:`search_outwards`)."""
         if self.source is None:
             raise ValueError("the model imports no default-domain opset")
-        found: dict[str, Any] = {}
-        for key, step, end in (("lowest", -1, MIN_OPSET), ("highest", 1, MAX_OPSET)):
-            opset, stop = self.source, None
-            while opset != end:
-                refused = self.refusal(opset + step)
-                if refused is not None:
-                    stop = limit(opset + step, refused)
-                    break
-                opset += step
-            found[key], found[f"{key}_limit"] = opset, stop
-        return found
+        return search_outwards(self.source, self.refusal)
+
+
+def search_outwards(source: int, refusal: Callable[[int], str | None]) -> dict[str, Any]:
+    """The lowest and highest opsets from ``source`` outwards before ``refusal`` first names one.
+
+    ``lowest_limit`` / ``highest_limit`` hold that refusal (see :func:`limit`), or None where the search
+    ran out of opsets.
+    """
+    found: dict[str, Any] = {}
+    for key, step, end in (("lowest", -1, MIN_OPSET), ("highest", 1, MAX_OPSET)):
+        opset, stop = source, None
+        while opset != end:
+            refused = refusal(opset + step)
+            if refused is not None:
+                stop = limit(opset + step, refused)
+                break
+            opset += step
+        found[key], found[f"{key}_limit"] = opset, stop
+    return found
 
 
 def _in_order(scope: Scope) -> Iterator[tuple[Scope, int, onnx.NodeProto]]:
