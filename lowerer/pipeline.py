@@ -108,11 +108,7 @@ class ConversionWalk:
                 if not skip:
                     replacement = self.node(node, index, scope, source, target, new_constants)
                 if replacement is None and source != target:  # relabeled: does onnxruntime still take its types?
-                    narrowed = narrowing.get(op_type, _UNKNOWN)
-                    if narrowed is _UNKNOWN:
-                        narrowed = narrowing[op_type] = self._narrowed(op_type, source, target)
-                    if narrowed is not None:
-                        self._kernel_types(node, scope, target, narrowed)
+                    self._relabeled(node, scope, source, target, narrowing)
             elif node.attribute:
                 self.subgraphs(node, index, scope)
             if replacement is not None:
@@ -140,6 +136,15 @@ class ConversionWalk:
                 # Below IR 4 every initializer must be a graph input, and a subgraph's inputs are fixed
                 # by its op (If branches have none): IR 4 lifts that and means the same otherwise.
                 self.model.ir_version = 4
+
+    def _relabeled(self, node: onnx.NodeProto, scope: Scope, source: int, target: int,
+                   narrowing: dict[str, object]) -> None:
+        """A node taken to ``target`` as it is: record a type onnxruntime's kernel there no longer takes."""
+        narrowed = narrowing.get(node.op_type, _UNKNOWN)
+        if narrowed is _UNKNOWN:
+            narrowed = narrowing[node.op_type] = self._narrowed(node.op_type, source, target)
+        if narrowed is not None:
+            self._kernel_types(node, scope, target, narrowed)
 
     @staticmethod
     def _narrowed(op: str, source: int, target: int) -> dict[str, frozenset[str]] | None:
