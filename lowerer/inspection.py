@@ -52,10 +52,10 @@ def opset_reach(model: onnx.ModelProto, decompose: Any = ()) -> dict[str, Any]:
     Both are searched outwards from the model's own opset, one opset at a time, and stop at the
     first refusal: every opset in between is reachable. ``lowest_limit`` / ``highest_limit`` hold
     that refusal (see :func:`lowerer.reach.limit`: the opset refused, the node it names, the message),
-    or None where the search ran out of opsets (:data:`lowerer.opsets.MIN_OPSET`, :data:`lowerer.opsets.MAX_OPSET`). Each opset is
-    judged on the model's nodes, one per pattern, for about the cost of one conversion
-    (:class:`lowerer.reach.NodeReach`); :func:`opset_reach_by_conversions` converts the whole model to
-    each opset instead.
+    or None where the search ran out of opsets (:data:`lowerer.opsets.MIN_OPSET`,
+    :data:`lowerer.opsets.MAX_OPSET`). Each opset is judged on the model's nodes, one per pattern,
+    for about the cost of one conversion (:class:`lowerer.reach.NodeReach`);
+    :func:`opset_reach_by_conversions` converts the whole model to each opset instead.
     """
     from lowerer.options import normalize_decompose
     from lowerer.reach import NodeReach
