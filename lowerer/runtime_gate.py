@@ -120,16 +120,22 @@ def _ort_version() -> str:
 
 
 @functools.lru_cache(maxsize=1)
-def _cpu_kernels() -> dict[str, list[tuple[int, int]]]:
-    """The default-domain CPU kernels of onnxruntime: op -> the version ranges it has one for."""
+def _cpu_kernel_defs() -> dict[str, list[tuple[int, int, dict[str, list[str]]]]]:
+    """The default-domain CPU kernels of onnxruntime: op -> (low, high, type constraints) per kernel (read once)."""
     from onnxruntime.capi import _pybind_state
 
-    table: dict[str, list[tuple[int, int]]] = {}
+    table: dict[str, list[tuple[int, int, dict[str, list[str]]]]] = {}
     for k in _pybind_state.get_all_opkernel_def():
         if k.provider == "CPUExecutionProvider" and k.domain in ("", "ai.onnx"):
             low, high = k.version_range
-            table.setdefault(k.op_name, []).append((int(low), int(high)))
+            table.setdefault(k.op_name, []).append((int(low), int(high), k.type_constraints))
     return table
+
+
+@functools.lru_cache(maxsize=1)
+def _cpu_kernels() -> dict[str, list[tuple[int, int]]]:
+    """The default-domain CPU kernels of onnxruntime: op -> the version ranges it has one for."""
+    return {op: [(low, high) for low, high, _ in found] for op, found in _cpu_kernel_defs().items()}
 
 
 @functools.lru_cache(maxsize=64)
@@ -216,17 +222,13 @@ _ELEM = {f"tensor({onnx.TensorProto.DataType.Name(v).lower()})": v for v in onnx
 @functools.lru_cache(maxsize=4096)
 def _kernel_types(op: str, version: int) -> dict[str, frozenset[str]] | None:
     """Per type constraint, every type onnxruntime's CPU kernels of ``op``-``version`` take (None: no kernel)."""
-    from onnxruntime.capi import _pybind_state
-
     found: dict[str, set[str]] = {}
     hit = False
-    for k in _pybind_state.get_all_opkernel_def():
-        if k.op_name == op and k.provider == "CPUExecutionProvider" and k.domain in ("", "ai.onnx"):
-            low, high = k.version_range
-            if low <= version <= high:
-                hit = True
-                for name, types in k.type_constraints.items():
-                    found.setdefault(name, set()).update(types)
+    for low, high, constraints in _cpu_kernel_defs().get(op, ()):
+        if low <= version <= high:
+            hit = True
+            for name, types in constraints.items():
+                found.setdefault(name, set()).update(types)
     return {name: frozenset(types) for name, types in found.items()} if hit else None
 
 
