@@ -13,7 +13,6 @@ __all__ = [
     "MAX_OPSET",
     "MIN_OPSET",
     "check_target_opset",
-    "choose_ir_version",
     "default_opset",
     "is_default_domain",
     "since_version",
@@ -64,19 +63,3 @@ def since_version(op_type: str, opset: int, domain: str = "") -> int | None:
         return int(onnx.defs.get_schema(op_type, opset, "" if is_default_domain(domain) else domain).since_version)
     except onnx.defs.SchemaError:
         return None
-
-
-def choose_ir_version(current: int, opset_imports: object, has_functions: bool) -> int:
-    """An IR version that the opsets allow, onnxruntime loads, and the model's features need.
-
-    Keeps ``current`` where it is valid; raises it to the minimum the opsets require (and to 8
-    when the model has local functions); caps it at :data:`MAX_IR_VERSION`.
-    """
-    try:
-        needed = onnx.helper.find_min_ir_version_for(list(opset_imports), ignore_unknown=True)  # type: ignore[call-overload]
-    except Exception:  # unknown domains in old onnx versions: fall back to the current one
-        needed = 3
-    if has_functions:
-        needed = max(needed, 8)
-    chosen = max(current, needed)
-    return min(chosen, max(MAX_IR_VERSION, needed))

@@ -9,7 +9,7 @@ import pytest
 from onnx import TensorProto, helper, numpy_helper
 
 import lowerer
-from lowerer.opsets import choose_ir_version
+from lowerer.ir_version import choose, lowest_for_opsets
 
 F, I64 = TensorProto.FLOAT, TensorProto.INT64
 _SO = ort.SessionOptions()
@@ -148,6 +148,13 @@ def test_ir_version_allowed_and_loadable(ir: int, source: int, target: int) -> N
 
 
 def test_choose_ir_version_with_functions() -> None:
-    assert choose_ir_version(7, [helper.make_opsetid("", 13)], has_functions=True) >= 8
-    assert choose_ir_version(3, [helper.make_opsetid("", 28)], has_functions=False) == \
+    fn = helper.make_function("pkg", "F", ["a"], ["b"], [helper.make_node("Relu", ["a"], ["b"])],
+                              [helper.make_opsetid("", 13)])
+    graph = helper.make_graph([helper.make_node("F", ["x"], ["y"], domain="pkg")], "g",
+                              [helper.make_tensor_value_info("x", onnx.TensorProto.FLOAT, [2])],
+                              [helper.make_tensor_value_info("y", onnx.TensorProto.FLOAT, [2])])
+    model = helper.make_model(graph, functions=[fn], ir_version=7,
+                              opset_imports=[helper.make_opsetid("", 13), helper.make_opsetid("pkg", 1)])
+    assert choose(model, source_ir=7, target_opset=13, asked=None).version >= 8
+    assert lowest_for_opsets([helper.make_opsetid("", 28)]) == \
         helper.find_min_ir_version_for([helper.make_opsetid("", 28)])

@@ -316,7 +316,7 @@ class StepEngine:
             made = self._apply_rule(rule, entry.kind, node, scope, sv, target, facts, conversion, resolution.why)
             if not self.picked_ops:
                 return made
-            return self._onwards(made, scope, target, target, facts, conversion, depth + 1, subgraphs=False)
+            return self._onwards(made, scope, target, target, facts, conversion, depth + 1, lambda n: False)
         if resolution.step is None:  # an op the target lacks, with no body
             raise self._missing(node, scope, sv, target)
         return self._cross(resolution, node, scope, sv, target, facts, conversion, depth)
@@ -364,20 +364,16 @@ class StepEngine:
         conversion.constants.extend(em.constants)
         start, end = step_ends(step, direction)
         conversion.crossings.append(Crossing(entry.kind, entry.name, op, start, end, far))
-        out: list[onnx.NodeProto] = []
-        for made in em.nodes:
-            if made.op_type != op:  # a node the adapter built: its subgraphs are new too
-                self._subgraphs_to(made, scope, far, target, facts, conversion, depth)
-            further = self._to(made, scope, far, target, facts, conversion, depth)
-            out.extend([made] if further is None else further)
-        return out
+        # A node the adapter built under another op has new subgraphs too; the node itself keeps its own.
+        return self._onwards(em.nodes, scope, far, target, facts, conversion, depth, lambda made: made.op_type != op)
 
     def _onwards(self, made: list[onnx.NodeProto], scope: Scope, at: int, target: int, facts: Facts,
-                 conversion: Conversion, depth: int, subgraphs: bool = True) -> list[onnx.NodeProto]:
-        """Each of ``made`` (valid at ``at``) taken on to ``target``."""
+                 conversion: Conversion, depth: int,
+                 new_subgraphs: Callable[[onnx.NodeProto], bool] = lambda n: True) -> list[onnx.NodeProto]:
+        """Each of ``made`` (valid at ``at``) taken on to ``target`` (first its subgraphs, where ``new_subgraphs``)."""
         out: list[onnx.NodeProto] = []
         for n in made:
-            if subgraphs:
+            if new_subgraphs(n):
                 self._subgraphs_to(n, scope, at, target, facts, conversion, depth)
             further = self._to(n, scope, at, target, facts, conversion, depth)
             out.extend([n] if further is None else further)
