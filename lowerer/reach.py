@@ -26,7 +26,7 @@ from lowerer.opsets import MAX_OPSET, MIN_OPSET, default_opset
 from lowerer.options import request_for
 from lowerer.pipeline import ConversionWalk, refuse_unshaped_scan_body
 from lowerer.runtime_gate import check_rewrite_opens
-from lowerer.scopes import Scope, iter_scopes
+from lowerer.scopes import Scope, has_subgraphs, iter_scopes
 
 __all__ = ["NodeReach", "limit", "search_outwards"]
 
@@ -73,8 +73,7 @@ class NodeReach:
         found = self._patterns.get(key)
         if found is not None:
             return found
-        if node.attribute and any(a.type in (onnx.AttributeProto.GRAPH, onnx.AttributeProto.GRAPHS)
-                                  for a in node.attribute):
+        if has_subgraphs(node):
             found = key  # a control-flow node: its bodies decide
         else:
             walk = self._walk

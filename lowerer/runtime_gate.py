@@ -22,13 +22,14 @@ from __future__ import annotations
 import functools
 import logging
 import re
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 
 import onnx
 
 from lowerer.errors import ConversionError
 from lowerer.ort_support import CHECKED_MODELS, MIN_ORT_OPSET, check_loads, max_ort_opset, ort_supports
 from lowerer.report import Report, Rewrite
+from lowerer.scopes import walk_nodes
 
 __all__ = ["check_rewrite_opens", "check_runtime", "kernel_type_gaps", "narrowed_kernel_types", "note_kernel_type_gap"]
 
@@ -170,23 +171,10 @@ def _kernelless(model: onnx.ModelProto, opset: int, report: Report,
     if not hits:
         return []
     first: dict[str, onnx.NodeProto] = {}
-    for node in _nodes(model):
+    for node in walk_nodes(model):
         if node.op_type in candidates and node.domain in ("", "ai.onnx"):
             first.setdefault(node.op_type, node)
     return [(op, candidates[op], first[op]) for op in sorted(hits) if op in first]
-
-
-def _nodes(model: onnx.ModelProto) -> Iterator[onnx.NodeProto]:
-    """Every node of every graph (subgraphs included) and function of ``model``."""
-    stack = [model.graph.node, *(f.node for f in model.functions)]
-    while stack:
-        for node in stack.pop():
-            yield node
-            for a in node.attribute:
-                if a.type == onnx.AttributeProto.GRAPH:
-                    stack.append(a.g.node)
-                elif a.type == onnx.AttributeProto.GRAPHS:
-                    stack.extend(g.node for g in a.graphs)
 
 
 def _probe(node: onnx.NodeProto, opset: int) -> str | None:

@@ -19,6 +19,7 @@ __all__ = [
     "Scope",
     "find_graph",
     "function_key",
+    "has_subgraphs",
     "iter_scopes",
     "model_graphs",
     "node_graphs",
@@ -117,6 +118,11 @@ def node_graphs(node: onnx.NodeProto) -> Iterator[onnx.GraphProto]:
             yield attr.g
         elif kind == _GRAPHS:
             yield from attr.graphs
+
+
+def has_subgraphs(node: onnx.NodeProto) -> bool:
+    """Whether ``node`` holds a graph (a GRAPH or GRAPHS attribute)."""
+    return bool(node.attribute) and any(a.type == _GRAPH or a.type == _GRAPHS for a in node.attribute)
 
 
 def walk_graphs(graph: onnx.GraphProto) -> Iterator[onnx.GraphProto]:

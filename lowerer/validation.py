@@ -29,6 +29,7 @@ import onnx
 from lowerer.errors import ConversionError, InputError
 from lowerer.ort_support import CHECKED_MODELS
 from lowerer.report import Report, Rewrite
+from lowerer.scopes import has_subgraphs
 
 if TYPE_CHECKING:
     from lowerer.shapes import ValueType
@@ -50,7 +51,7 @@ class NodeGate:
 
     def check(self, node: onnx.NodeProto, original: onnx.NodeProto, scope: str, opset: int) -> None:
         """Refuse when ``node`` (emitted for ``original``) is not valid at ``opset``."""
-        if any(a.type in (onnx.AttributeProto.GRAPH, onnx.AttributeProto.GRAPHS) for a in node.attribute):
+        if has_subgraphs(node):
             return  # checked with its subgraphs by the whole-model check
         # Validity depends on the op, which inputs and outputs are given, and the attributes' names,
         # types and (for the few enum-like ints and strings) values; not on value names.
@@ -165,15 +166,10 @@ def _type_key(vt: tuple[int, list[int | str | None] | None] | None) -> object:
 def _inferred(model: onnx.ModelProto) -> list[ValueType | None] | str:
     """The output types strict inference gives ``model`` (after its nodes' schema checks), or why it fails."""
     from lowerer.shapes import value_type
+    from lowerer.verification.check import strict_check
 
-    ctx = onnx.checker.C.CheckerContext()
-    ctx.ir_version = model.ir_version
-    ctx.opset_imports = {o.domain: o.version for o in model.opset_import}
     try:
-        for node in model.graph.node:
-            if not any(a.type in (onnx.AttributeProto.GRAPH, onnx.AttributeProto.GRAPHS) for a in node.attribute):
-                onnx.checker.check_node(node, ctx)  # a subgraph is left to inference (it reads outer values)
-        inferred = onnx.shape_inference.infer_shapes(model, check_type=True, strict_mode=True)
+        inferred = strict_check(model)
     except Exception as e:
         return " ".join(str(e).split())[:300]
     constants = {t.name: (t.data_type, list(t.dims)) for t in model.graph.initializer}

@@ -21,7 +21,7 @@ import onnx
 from lowerer import reference
 from lowerer.errors import VerificationError
 from lowerer.report import Rewrite, RewriteStatus
-from lowerer.scopes import node_graphs
+from lowerer.scopes import has_subgraphs, node_graphs
 from lowerer.verification.compare import (
     ARITHMETIC_OPS,
     EXPANSION_ULPS,
@@ -646,29 +646,32 @@ _ORT_DEVIATES = {
 }
 
 
-def _validate(model: onnx.ModelProto) -> None:
-    """Check every node against its schema, then run strict shape and type inference.
+def strict_check(model: onnx.ModelProto) -> onnx.ModelProto:
+    """Check every node against its schema, then run strict shape and type inference; the inferred model.
 
     Nodes with subgraphs (If, Loop, Scan) are left to inference: onnx's node checker sees a
     subgraph without its outer scope and would refuse the outer values it reads.
+
+    Raises:
+        Exception: onnx's checker or inference error (ValidationError, InferenceError ...).
     """
     ctx = onnx.checker.C.CheckerContext()
     ctx.ir_version = model.ir_version
     ctx.opset_imports = {o.domain: o.version for o in model.opset_import}
     for node in model.graph.node:
-        if not any(a.type in (onnx.AttributeProto.GRAPH, onnx.AttributeProto.GRAPHS) for a in node.attribute):
+        if not has_subgraphs(node):
             onnx.checker.check_node(node, ctx)
-    onnx.shape_inference.infer_shapes(model, check_type=True, strict_mode=True)
+    return onnx.shape_inference.infer_shapes(model, check_type=True, strict_mode=True)
 
 
 def _invalid(model: onnx.ModelProto, reference_model: onnx.ModelProto) -> str | None:
     """Why ``model`` is not a valid ONNX model, when ``reference_model`` (the original) is; else None."""
     try:
-        _validate(reference_model)
+        strict_check(reference_model)
     except Exception:
         return None
     try:
-        _validate(model)
+        strict_check(model)
     except Exception as e:
         return _short(e)
     return None
