@@ -324,9 +324,9 @@ class ConversionWalk:
 
 
 def _rule_name(conversion: Conversion) -> str:
-    """The report's rule name: the first rule, decomposition, form or expansion; else the adapters; else steps."""
+    """The report's rule name: the first rule, decomposition, form, expansion or lowering; else the adapters; else steps."""
     for c in conversion.crossings:
-        if c.kind in ("rule", "decomposition", "form", "expansion"):
+        if c.kind in ("rule", "decomposition", "form", "expansion", "lowering"):
             return c.entry
     adapters = sorted({c.entry for c in conversion.crossings if c.kind == "adapter"})
     return "+".join(adapters) if adapters else "version-steps"

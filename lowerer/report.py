@@ -21,7 +21,7 @@ __all__ = ["SCHEMA_VERSION", "Crossing", "Report", "Rewrite", "RewriteStatus", "
 
 #: The version of the report's JSON layout: the major number changes when a field is removed or
 #: changes meaning, the minor one when fields are added.
-SCHEMA_VERSION = "2.2"
+SCHEMA_VERSION = "2.3"
 
 #: ``field(metadata=...)`` key: a field that is working data, not part of the JSON record.
 INTERNAL = "lowerer_internal"
@@ -40,7 +40,7 @@ class Crossing:
     """One registry entry applied to a node on its way to the target (provenance, as data).
 
     Attributes:
-        kind: the entry's kind (``rule``, ``adapter``, ``generic``, ``expansion``, ``decomposition``, ``form``).
+        kind: the entry's kind (``rule``, ``adapter``, ``generic``, ``expansion``, ``lowering``, ``decomposition``, ``form``).
         entry: the entry's name (``shape_15_13``, ``coerced-axis``, ``generic`` ...).
         op: the op of the node it was applied to.
         start: that node's since-version.
@@ -48,6 +48,8 @@ class Crossing:
             whose output is written for ``opset``).
         opset: the default-domain opset what it emitted is valid at (None: a function body's own opset).
         why: why this entry was applied (an expansion's reason), or "".
+        budgeted: its float arithmetic may round differently from the original op's kernel (a function
+            body, a budgeted lowering): judged by the expansion's ulp budget.
     """
 
     kind: str
@@ -57,6 +59,7 @@ class Crossing:
     end: int | None = None
     opset: int | None = None
     why: str = ""
+    budgeted: bool = False
 
     def describe(self) -> str:
         """The crossing in words (``ReduceSum 13 → 11: generic``)."""
@@ -65,6 +68,8 @@ class Crossing:
         if self.kind == "expansion":
             return f"{self.op}-{self.start} → its function body at opset {self.opset} ({self.why}): " \
                    f"rule {self.entry}"
+        if self.kind == "lowering":
+            return f"{self.op}-{self.start} → ops that exist below it ({self.why}): {self.entry}"
         return f"{self.op}-{self.start} → opset {self.opset}: rule {self.entry}"
 
 

@@ -78,7 +78,7 @@ class Conversion:
     @property
     def expanded(self) -> bool:
         """Whether a function body was expanded (its arithmetic may round differently: judged by a budget)."""
-        return any(c.kind == "expansion" for c in self.crossings)
+        return any(c.kind == "expansion" or c.budgeted for c in self.crossings)
 
 
 @dataclass(frozen=True)
@@ -311,6 +311,8 @@ class StepEngine:
             return None
         if entry.kind == "expansion":
             return self._expand(node, scope, sv, target, facts, conversion, resolution.why, depth)
+        if entry.kind == "lowering":
+            return self._lower(entry, node, scope, sv, target, facts, conversion, resolution.why, depth)
         if entry.kind in ("rule", "decomposition", "form"):
             rule = self._rule_of(entry.handler, entry.name, pick)
             made = self._apply_rule(rule, entry.kind, node, scope, sv, target, facts, conversion, resolution.why)
@@ -358,8 +360,10 @@ class StepEngine:
             # A step with no exact crossing: the op's function body (the spec's own definition) may still
             # take the node there, e.g. GroupNormalization-21 below 21.
             if resolution.fallback is not None and node.name == conversion.first_name:
-                return self._expand(node, scope, sv, target, facts, conversion,
-                                    f"the step {step.describe()} has no exact crossing ({refused})", depth)
+                why = f"the step {step.describe()} has no exact crossing ({refused})"
+                if resolution.fallback.kind == "lowering":
+                    return self._lower(resolution.fallback, node, scope, sv, target, facts, conversion, why, depth)
+                return self._expand(node, scope, sv, target, facts, conversion, why, depth)
             raise
         conversion.constants.extend(em.constants)
         start, end = step_ends(step, direction)
@@ -403,6 +407,20 @@ class StepEngine:
         conversion.constants.extend(em.constants)
         conversion.crossings.append(Crossing("expansion", "function-expansion", node.op_type, sv, None, opset, why))
         return self._onwards(em.nodes, scope, opset, target, facts, conversion, depth)
+
+    def _lower(self, entry: Entry, node: onnx.NodeProto, scope: Scope, sv: int, target: int, facts: Facts,
+               conversion: Conversion, why: str, depth: int) -> list[onnx.NodeProto]:
+        """``node`` written by its registered lowering at its own since-version, then taken on to ``target``."""
+        refuse_attribute_references(node, scope, f"{node.op_type}-{sv}", target)
+        em = Emitter(node, scope, sv, sv, self.names, facts, self.request.decompose)
+        em.target = target
+        if node.name == conversion.first_name:
+            em.shown_version = conversion.first_version or sv
+        entry.handler(em)
+        conversion.constants.extend(em.constants)
+        conversion.crossings.append(Crossing("lowering", entry.name, node.op_type, sv, None, sv, why,
+                                             budgeted=entry.budgeted))
+        return self._onwards(em.nodes, scope, sv, target, facts, conversion, depth)
 
     def _apply_rule(self, rule: Rule, kind: str, node: onnx.NodeProto, scope: Scope, sv: int, target: int,
                     facts: Facts, conversion: Conversion, why: str) -> list[onnx.NodeProto]:

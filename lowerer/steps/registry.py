@@ -16,6 +16,9 @@ kind                      key                                    what it does
 ``generic``               every other step                       the schema-derived crossing of the step's
                                                                  classified changes (:mod:`.generic`)
 ``expansion``             (op, ``function-body``)                the node becomes its schema's function body
+``lowering``              (op, since-version)                    the node becomes ops that exist before the op
+                                                                 did, for a target that lacks it (Trilu, Mod,
+                                                                 CumSum ...: ops with no function body)
 ``decomposition``         (op, name)                             a decomposition the caller asked for
 ``form``                  (op, name)                             a backend form a profile picked (``--for``)
 ========================  =====================================  ======================================
@@ -44,8 +47,8 @@ from lowerer.steps.table import step as table_step
 if TYPE_CHECKING:
     from lowerer.steps.emitter import Emitter, Rule
 
-__all__ = ["DOWN", "NO_REQUEST", "PICKED", "REGISTRY", "UP", "Adapter", "Entry", "Kind", "Registry", "Request",
-           "Resolution", "adapter", "history"]
+__all__ = ["DOWN", "NO_REQUEST", "PICKED", "REGISTRY", "UP", "Adapter", "Entry", "Kind", "Lowering", "Registry",
+           "Request", "Resolution", "adapter", "history", "lowering"]
 
 DOWN = "down"
 UP = "up"
@@ -53,7 +56,11 @@ UP = "up"
 #: Emits ``em.node`` across ``step`` in ``direction`` into ``em`` (whose opset is the far side).
 Adapter = Callable[["Emitter", Step, str], None]
 
-Kind = Literal["rule", "same-meaning", "adapter", "refusal", "generic", "expansion", "decomposition", "form"]
+Kind = Literal["rule", "same-meaning", "adapter", "refusal", "generic", "expansion", "lowering", "decomposition",
+               "form"]
+
+#: Emits ``em.node`` as ops valid at ``em.opset`` (the node's own since-version) that exist below the op.
+Lowering = Callable[["Emitter"], None]
 
 #: The key of the function-body expansion entries.
 FUNCTION_BODY = "function-body"
@@ -93,6 +100,8 @@ class Entry:
             take parameters), or None (generic, expansion, same-meaning: the engine knows them).
         why: for a refusal, why the step has no exact crossing and what would work.
         domain: the op's domain (``""``: the default domain).
+        budgeted: for a lowering, whether its arithmetic may round differently from the op's kernel (then
+            judged by the expansion's ulp budget, like a function body), else exact by construction.
     """
 
     kind: Kind
@@ -102,12 +111,13 @@ class Entry:
     handler: Any = None
     why: str = ""
     domain: str = ""
+    budgeted: bool = False
 
     def describe(self) -> str:
         """``adapter shape_15_13``, ``rule 'coerced-axis'``, ``generic`` ..."""
         if self.kind in ("rule", "decomposition", "form"):
             return f"{self.kind} {self.name!r}"
-        if self.kind in ("adapter", "same-meaning"):
+        if self.kind in ("adapter", "same-meaning", "lowering"):
             return f"{self.kind} {self.name}"
         return self.kind if self.kind in ("generic", "expansion") else f"refusal ({self.why})"
 
@@ -166,6 +176,7 @@ class Registry:
     _steps: dict[tuple[str, str, int, int], Entry] = field(default_factory=dict)
     _spans: dict[tuple[str, str], Rule] = field(default_factory=dict)
     _forms: dict[tuple[str, str, str], Entry] = field(default_factory=dict)
+    _lowerings: dict[tuple[str, str, int], Entry] = field(default_factory=dict)
     #: Decompositions by the name callers pass to ``decompose``.
     decompositions: dict[str, Rule] = field(default_factory=dict)
     sealed: bool = False
@@ -212,6 +223,37 @@ class Registry:
         start, end = step_ends(table_step(op, version), direction)
         return Entry(kind, op, (start, end), f"{op.lower()}_{start}_{end}", handler, why)
 
+    def lowering(self, op: str, versions: int | tuple[int, ...] | None = None, budgeted: bool = False
+                 ) -> Callable[[Lowering], Lowering]:
+        """Register the decorated function as the lowering of ``op``-``versions`` (default: every version).
+
+        A lowering writes the node with ops that exist below the op, valid at the node's own
+        since-version (``em.opset``); the engine then takes those to the target like any node. It is
+        applied when the target lacks the op, and going down when a step has no exact crossing.
+        ``budgeted``: its float arithmetic may round differently from the op's kernel. Example::
+
+            @REGISTRY.lowering("Trilu")
+            def trilu(em: Emitter) -> None: ...
+        """
+        chosen = history(op) if versions is None else (versions,) if isinstance(versions, int) else versions
+
+        def register(fn: Lowering) -> Lowering:
+            for v in chosen:
+                if v not in history(op):
+                    raise RuntimeError(f"{op}-{v} is not a version of {op} (versions {history(op)})")
+                key = ("", op, v)
+                if key in self._lowerings:
+                    raise RuntimeError(f"two lowerings for {op}-{v}")
+                self._lowerings[key] = Entry("lowering", op, (v, 0), f"{op.lower()}_{v}_lowering", fn,
+                                             budgeted=budgeted)
+            return fn
+
+        return register
+
+    def lowering_entry(self, op: str, version: int) -> Entry | None:
+        """The lowering registered for ``op``-``version``, or None."""
+        return self._lowerings.get(("", op, version))
+
     def rule(self, rule: Rule) -> None:
         """Register an op-wide rule: it converts each of its ops between any two of its versions."""
         for op in rule.op_types:
@@ -240,6 +282,7 @@ class Registry:
         """Every registered entry (spans as one ``rule`` entry per op)."""
         yield from self._steps.values()
         yield from self._forms.values()
+        yield from self._lowerings.values()
         for (domain, op), rule in self._spans.items():
             yield Entry("rule", op, (0, 0), rule.name, rule, domain=domain)
 
@@ -272,9 +315,11 @@ class Registry:
         4. an op-wide rule lowerer owns: the node stays where the op means the same at the target's
            version (``same-meaning``), else the rule converts it to ``target`` in one go;
         5. the op has the same version at ``target``: None, the node stays as it is;
-        6. the op does not exist at ``target``: its function body when it has one, else a refusal;
+        6. the op does not exist at ``target``: its registered lowering, else its function body, else a
+           refusal;
         7. the next version step towards ``target``: its registered adapter or refusal, else the
-           generic crossing; going down, the function body is the fallback when that refuses.
+           generic crossing; going down, the lowering (else the function body) is the fallback when
+           that refuses.
 
         What an entry emits is resolved again from the far side it is valid at, until ``target``.
         Returns None when the node stays as it is.
@@ -295,7 +340,10 @@ class Registry:
             return self._span(rule, op, version, tv, target)
         if tv == version:
             return None
+        lowering = self.lowering_entry(op, version)
         if tv is None:
+            if lowering is not None:
+                return Resolution(lowering, None, why=f"no {op} at opset {target}")
             if has_body(op, version):
                 return Resolution(expansion_entry(op), None, why=f"no {op} at opset {target}")
             return Resolution(missing_entry(op, target), target)
@@ -303,7 +351,9 @@ class Registry:
         step = next_step(op, version, direction)
         start, end = step_ends(step, direction)
         entry = self.step_entry(op, start, end) or Entry("generic", op, (start, end), "generic")
-        fallback = expansion_entry(op) if direction == DOWN and has_body(op, version) else None
+        fallback = None
+        if direction == DOWN:
+            fallback = lowering if lowering is not None else expansion_entry(op) if has_body(op, version) else None
         return Resolution(entry, end if direction == UP else step.version - 1, step, direction, fallback)
 
     @staticmethod
@@ -355,3 +405,5 @@ REGISTRY = Registry()
 
 #: ``@adapter("Op", version, DOWN)`` registers into :data:`REGISTRY`.
 adapter = REGISTRY.adapter
+#: ``@lowering("Trilu")`` registers into :data:`REGISTRY`.
+lowering = REGISTRY.lowering

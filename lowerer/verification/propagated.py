@@ -48,7 +48,7 @@ def budget_kind(rewrite: Rewrite, exact: bool = False) -> BudgetKind:
     """The budget ``rewrite`` is judged by (the per-rewrite check and the whole-model budget share it)."""
     if exact:
         return "exact"
-    if rewrite.rule == EXPANSION_RULE or any(c.kind == "expansion" for c in rewrite.crossings):
+    if rewrite.rule == EXPANSION_RULE or any(c.kind == "expansion" or c.budgeted for c in rewrite.crossings):
         return "expansion"
     return "kernel" if rewrite.op_type in ARITHMETIC_OPS else "exact"
 
