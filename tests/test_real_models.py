@@ -63,10 +63,6 @@ EXPECTED_REFUSALS: dict[tuple[str, int], str] = {
     ("bert.legacy.opset17.onnx", 9): "Slice-13",
     ("gpt2.dynamo.opset18.onnx", 9): "GatherND-13",
     ("gpt2.dynamo.opset20.onnx", 9): "GatherND-13",
-    ("gpt2.legacy.opset17.onnx", 9): "LayerNormalization-17",
-    ("vit.dynamo.opset18.onnx", 9): "LayerNormalization-17",
-    ("vit.dynamo.opset20.onnx", 9): "LayerNormalization-17",
-    ("vit.legacy.opset17.onnx", 9): "LayerNormalization-17",
 }
 
 #: (fixture, target) -> what is wrong with the model lowerer returns (exit 0): strict xfails. Empty:

@@ -32,6 +32,7 @@ from onnx import helper
 
 from lowerer.scopes import node_graphs
 from lowerer.steps.emitter import Emitter
+from lowerer.steps.specialize import flatten_free_layer_norm, fold
 
 __all__ = ["EXPANSION_RULE", "body_opsets", "expand", "expandable_ops", "has_body"]
 
@@ -222,6 +223,8 @@ def expand(em: Emitter) -> int:
         em.refuse(f"{node.op_type} has no function body in onnx's schema to expand it into")
     opset = opsets[0]
     body = _body(em, schema, opset)
+    if node.op_type == "LayerNormalization":
+        flatten_free_layer_norm(body, em)
     formal_in, formal_out = list(body.input), list(body.output)
     if len(node.input) > len(formal_in) or len(node.output) > len(formal_out):
         em.refuse("it has more inputs or outputs than its function body")
@@ -247,7 +250,7 @@ def expand(em: Emitter) -> int:
     _resolve_references(copies, _attribute_values(node, schema))
     _literal_reshapes(copies, opset)
     _rename(copies, mapping, em)
-    for c in _live(copies, wanted):
+    for c in _live(fold(copies, em, opset, wanted), wanted):
         if node.metadata_props:
             c.metadata_props.extend(node.metadata_props)
         em.nodes.append(c)
