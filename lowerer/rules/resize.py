@@ -7,6 +7,10 @@
   Up: an empty ``roi`` goes in before ``scales``, ``coordinate_transformation_mode=asymmetric`` and,
   for nearest, ``nearest_mode`` floor (every resized axis upsampled) or ceil (every one
   downsampled), which needs constant scales. Down: exactly those settings, with scales.
+  Also down: ``nearest`` with ``half_pixel`` coordinates and round-to-nearest on integer upsampling
+  factors picks exactly what asymmetric floor picks (see :func:`_rounds_like_floor`).
+* ``Resize`` below 10 (lowering): Resize-10 means what Upsample-9 means (the same inputs and modes),
+  so it becomes Upsample, which goes on down (Upsample-7 takes constant scales as an attribute).
 * ``Resize`` 11 ↔ 13: ``roi`` and ``scales`` became optional at 13. Down: an omitted one becomes an
   empty constant (``roi`` is only read with ``tf_crop_and_resize``; Resize-11 takes an empty
   ``scales`` next to ``sizes``). Up: ``tf_half_pixel_for_nn`` (removed at 13) is refused.
@@ -21,9 +25,9 @@ from lowerer.steps import generic
 from lowerer.steps.changes import InputAdded, OptionalInput, Semantics, Step
 from lowerer.steps.emitter import Emitter
 from lowerer.steps.generic import attribute_value, remove_attribute, set_attribute
-from lowerer.steps.registry import DOWN, UP, adapter
+from lowerer.steps.registry import DOWN, UP, adapter, lowering
 
-__all__ = ["resize_10_11", "resize_11_10", "resize_13", "upsample_10"]
+__all__ = ["resize_10_11", "resize_10_lowering", "resize_11_10", "resize_13", "upsample_10"]
 
 
 @adapter("Upsample", 10, DOWN, UP)
@@ -73,6 +77,22 @@ def _require(em: Emitter, node: onnx.NodeProto, name: str, wanted: object, defau
         em.refuse(f"{name}={value!r}, and Resize-10 {why} (only {name}={wanted!r} means the same)")
 
 
+def _rounds_like_floor(em: Emitter, node: onnx.NodeProto, scales: str) -> bool:
+    """Whether a half-pixel nearest Resize picks what Resize-10's asymmetric floor picks: integer upsampling.
+
+    With an integer scale s, output x = k*s + j (0 <= j < s) maps to k + (j + 0.5)/s - 0.5, strictly
+    within 0.5 of k, so round_prefer_floor and round_prefer_ceil both pick k = floor(x / s).
+    """
+    ctm = attribute_value(node, "coordinate_transformation_mode") or "half_pixel"
+    rounding = attribute_value(node, "nearest_mode") or "round_prefer_floor"
+    value = em.constant(scales)
+    if ctm not in ("half_pixel", "pytorch_half_pixel") or rounding not in ("round_prefer_floor", "round_prefer_ceil") \
+            or value is None or value.size == 0:
+        return False
+    flat = value.reshape(-1).astype(np.float64)
+    return bool(np.all(flat >= 1) and np.all(flat == np.floor(flat)))
+
+
 @adapter("Resize", 11, DOWN)
 def resize_11_10(em: Emitter, step: Step, direction: str) -> None:
     """Resize-11 → Resize-10 when it uses Resize-10's settings: scales given, asymmetric, floor/ceil nearest."""
@@ -80,13 +100,16 @@ def resize_11_10(em: Emitter, step: Step, direction: str) -> None:
     mode = str(attribute_value(node, "mode") or "nearest")
     if mode not in ("nearest", "linear"):
         em.refuse(f"mode={mode!r}; Resize-10 has nearest and linear only")
-    _require(em, node, "coordinate_transformation_mode", "asymmetric", "half_pixel", "maps x to x / scale")
     if len(node.input) > 3 and node.input[3]:
         em.refuse(f"it is sized by input 'sizes' ({node.input[3]!r}); Resize-10 takes scales only")
     scales = node.input[2] if len(node.input) > 2 else ""
     if not scales:
         em.refuse("it has no scales; Resize-10 needs them")
-    if mode == "nearest":
+    if mode == "nearest" and _rounds_like_floor(em, node, scales):
+        pass
+    else:
+        _require(em, node, "coordinate_transformation_mode", "asymmetric", "half_pixel", "maps x to x / scale")
+    if mode == "nearest" and attribute_value(node, "coordinate_transformation_mode") in (None, "asymmetric"):
         wanted = _nearest_mode(em, scales, "going down")
         _require(em, node, "nearest_mode", wanted, "round_prefer_floor",
                  f"rounds {'down' if wanted == 'floor' else 'up'} on these scales")
@@ -114,3 +137,11 @@ def resize_13(em: Emitter, step: Step, direction: str) -> None:
         if not node.input[index]:
             node.input[index] = em.const(np.zeros([0], dtype=np.float32), ("roi", "scales")[index - 1])
     generic.cross(em, step, direction, node, handled=(Semantics, OptionalInput))
+
+
+@lowering("Resize", 10)
+def resize_10_lowering(em: Emitter) -> None:
+    """Resize-10 → Upsample (its meaning at 9: the same inputs, modes and coordinate mapping)."""
+    node = em.node
+    mode = attribute_value(node, "mode")
+    em.op("Upsample", list(node.input), list(node.output), mode=None if mode is None else str(mode))

@@ -254,6 +254,11 @@ class Registry:
         """The lowering registered for ``op``-``version``, or None."""
         return self._lowerings.get(("", op, version))
 
+    def _lowered_below(self, op: str, version: int) -> int | None:
+        """The newest version of ``op`` older than ``version`` that has a lowering (None: none has)."""
+        older = [v for (domain, name, v) in self._lowerings if not domain and name == op and v < version]
+        return max(older) if older else None
+
     def rule(self, rule: Rule) -> None:
         """Register an op-wide rule: it converts each of its ops between any two of its versions."""
         for op in rule.op_types:
@@ -315,7 +320,8 @@ class Registry:
         4. an op-wide rule lowerer owns: the node stays where the op means the same at the target's
            version (``same-meaning``), else the rule converts it to ``target`` in one go;
         5. the op has the same version at ``target``: None, the node stays as it is;
-        6. the op does not exist at ``target``: its registered lowering, else its function body, else a
+        6. the op does not exist at ``target``: its registered lowering; else, when an older version
+           has one, the next step towards that version (as in 7); else its function body, else a
            refusal;
         7. the next version step towards ``target``: its registered adapter or refusal, else the
            generic crossing; going down, the lowering (else the function body) is the fallback when
@@ -344,9 +350,11 @@ class Registry:
         if tv is None:
             if lowering is not None:
                 return Resolution(lowering, None, why=f"no {op} at opset {target}")
-            if has_body(op, version):
-                return Resolution(expansion_entry(op), None, why=f"no {op} at opset {target}")
-            return Resolution(missing_entry(op, target), target)
+            tv = self._lowered_below(op, version)
+            if tv is None:
+                if has_body(op, version):
+                    return Resolution(expansion_entry(op), None, why=f"no {op} at opset {target}")
+                return Resolution(missing_entry(op, target), target)
         direction = DOWN if tv < version else UP
         step = next_step(op, version, direction)
         start, end = step_ends(step, direction)
