@@ -324,7 +324,7 @@ class ConversionWalk:
 
 
 def _rule_name(conversion: Conversion) -> str:
-    """The report's rule name: the first rule, decomposition, form, expansion or lowering; else the adapters; else steps."""
+    """The report's rule name: the first rule, decomposition, form, expansion or lowering; else adapters; else steps."""
     for c in conversion.crossings:
         if c.kind in ("rule", "decomposition", "form", "expansion", "lowering"):
             return c.entry

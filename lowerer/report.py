@@ -40,7 +40,8 @@ class Crossing:
     """One registry entry applied to a node on its way to the target (provenance, as data).
 
     Attributes:
-        kind: the entry's kind (``rule``, ``adapter``, ``generic``, ``expansion``, ``lowering``, ``decomposition``, ``form``).
+        kind: the entry's kind (``rule``, ``adapter``, ``generic``, ``expansion``, ``lowering``, ``decomposition``,
+            ``form``).
         entry: the entry's name (``shape_15_13``, ``coerced-axis``, ``generic`` ...).
         op: the op of the node it was applied to.
         start: that node's since-version.

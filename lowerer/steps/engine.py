@@ -44,6 +44,7 @@ from lowerer.steps.registry import (
     DOWN,
     NO_REQUEST,
     UP,
+    Entry,
     Registry,
     Request,
     Resolution,
