@@ -27,6 +27,7 @@ from dataclasses import dataclass
 import numpy as np
 import onnx
 
+from lowerer.remedies import ADD_SHAPES
 from lowerer.steps.emitter import Emitter
 from lowerer.steps.generic import attribute_value
 from lowerer.steps.registry import lowering
@@ -162,8 +163,7 @@ def _regroup(em: Emitter, x: str, have: Sequence[str], want: Sequence[str], size
     unknown = [g for g, s in zip(want, shape, strict=True) if s is None]
     if len(unknown) > 1:
         em.refuse(f"equation {attribute_value(em.node, 'equation')!r} needs the sizes of the letters "
-                  f"{', '.join(repr(g) for g in unknown)} static (all but one group); add shape information "
-                  "or fix the shapes (python -m onnxruntime.tools.make_dynamic_shape_fixed)")
+                  f"{', '.join(repr(g) for g in unknown)} static (all but one group); {ADD_SHAPES}")
     final = [-1 if s is None else s for s in shape]
     return em.op("Reshape", [x, em.const(np.array(final, dtype=np.int64), "shape")])
 
@@ -207,7 +207,7 @@ def einsum(em: Emitter) -> None:
     try:
         parsed = parse_equation(equation, [em.rank(i) for i in node.input])
     except ValueError as e:
-        em.refuse(f"equation {equation!r} is not handled: {e}; choose a target opset >= 12")
+        em.refuse(f"equation {equation!r} is not handled: {e}")
     out = parsed.output
     if len(parsed.terms) == 1:
         x, have = _reduce(em, node.input[0], parsed.terms[0], out)
