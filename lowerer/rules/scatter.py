@@ -127,7 +127,7 @@ def _reduction_by_reading(em: Emitter, reduction: str) -> None:
     else:
         value = unique_nd_indices(em, data, indices, what)
     idx = em.const(value, "indices")
-    current = em.op(_GATHER[node.op_type], [data, idx], **axis_attrs)
+    current = em.op(_GATHER[node.op_type], [data, idx], None, **axis_attrs)
     combined = em.op(_COMBINE[reduction], [current, updates])
     em.op(node.op_type, [data, idx, combined], list(node.output), **axis_attrs)
 
