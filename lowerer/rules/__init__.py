@@ -7,6 +7,7 @@ here registers nothing: ``tests/test_registry.py`` checks every module of the pa
   1, 11, 13);
 * decompositions: :mod:`.hardmax_decomposition` (Hardmax → ArgMax + one-hot), :mod:`.global_max_pool`
   (GlobalMaxPool → ReduceMax);
+* lowerings (ops written with older ops, for targets that lack them): :mod:`.einsum`;
 * backend forms: :mod:`.backend_forms` (``argmax-flip``, ``last-axis``, ``constant-inputs``);
 * version-step adapters and documented refusals: :mod:`.attention`, :mod:`.cast`, :mod:`.control_flow`,
   :mod:`.elementwise`, :mod:`.grid_sample`, :mod:`.group_norm`, :mod:`.normalization`, :mod:`.quantization`,
@@ -23,6 +24,7 @@ from lowerer.rules import (  # noqa: F401  (imported to register their adapters)
     attention,
     cast,
     control_flow,
+    einsum,
     elementwise,
     grid_sample,
     group_norm,

@@ -1,0 +1,222 @@
+"""Lowering of Einsum-12 for targets before opset 12: Transpose, ReduceSum, Mul and MatMul.
+
+The equations exporters emit, with one or two operands:
+
+* one operand: the letters missing from the output summed (ReduceSum), the rest transposed into the
+  output's order (``ij->ji``, ``bhqd->bqhd``, ``ij->i``);
+* two operands with no letter summed across them (``i,j->ij``, ``ij,ij->ij``): each operand
+  transposed into the output's order, unsqueezed where it lacks a letter, and multiplied (Mul
+  broadcasts): exact;
+* two operands with letters summed across them (``bhqd,bhkd->bhqk``, ``bij,bjk->bik``): letters
+  in both operands and the output are batch dims, the others grouped into (kept, summed) and
+  (summed, kept) matrices, multiplied by MatMul, then reshaped and transposed into the output.
+  Groups of more than one letter are reshaped, which needs their sizes static (one may be dynamic).
+
+``...`` stands for as many letters as the operand's rank needs (the rank must be known). A letter
+repeated within one operand (a diagonal, ``ii->i``) and more than two operands are refused.
+Float sums may add in another order than the Einsum kernel (MatMul, ReduceSum): the lowering is
+budgeted (judged by the expansion ulp budget); integer results are exact.
+"""
+
+from __future__ import annotations
+
+import string
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+import onnx
+
+from lowerer.remedies import ADD_SHAPES
+from lowerer.steps.emitter import Emitter
+from lowerer.steps.generic import attribute_value
+from lowerer.steps.registry import lowering
+
+__all__ = ["Equation", "einsum", "parse_equation"]
+
+#: Element types every op the lowering emits (MatMul-9, Mul-7, ReduceSum-11) accepts.
+_TYPES = {onnx.TensorProto.FLOAT16: "float16", onnx.TensorProto.FLOAT: "float", onnx.TensorProto.DOUBLE: "double",
+          onnx.TensorProto.INT32: "int32", onnx.TensorProto.INT64: "int64", onnx.TensorProto.UINT32: "uint32",
+          onnx.TensorProto.UINT64: "uint64"}
+
+
+@dataclass(frozen=True)
+class Equation:
+    """An Einsum equation with every ``...`` spelled out as letters.
+
+    Attributes:
+        terms: the letters of each operand, one per axis.
+        output: the letters of the output, one per axis.
+    """
+
+    terms: tuple[str, ...]
+    output: str
+
+
+def _ellipsis_letters(equation: str, count: int) -> str:
+    """``count`` letters the equation does not use, for the axes ``...`` stands for."""
+    free = [c for c in string.ascii_letters if c not in equation]
+    if len(free) < count:
+        raise ValueError("`...` stands for more axes than there are unused letters")
+    return "".join(free[:count])
+
+
+def _spell_term(term: str, rank: int | None, ellipsis: str) -> str:
+    """``term`` with its ``...`` replaced by the last letters of ``ellipsis`` its rank needs."""
+    if "..." not in term:
+        if rank is not None and rank != len(term):
+            raise ValueError(f"operand {term!r} has {len(term)} letters but rank {rank}")
+        return term
+    assert rank is not None
+    count = rank - (len(term) - 3)
+    return term.replace("...", ellipsis[len(ellipsis) - count:] if count else "")
+
+
+def parse_equation(equation: str, ranks: Sequence[int | None]) -> Equation:
+    """``equation`` parsed for operands of ``ranks`` (None: unknown); ValueError says what is not handled."""
+    eq = equation.replace(" ", "")
+    lhs, arrow, out = eq.partition("->")
+    terms = lhs.split(",")
+    if len(terms) != len(ranks):
+        raise ValueError(f"{len(terms)} operands in the equation, {len(ranks)} inputs")
+    if len(terms) > 2:
+        raise ValueError("more than two operands (lowerer handles one or two)")
+    counts: list[int] = []
+    for term, rank in zip(terms, ranks, strict=True):
+        if "..." in term:
+            if rank is None:
+                raise ValueError(f"the rank of the operand {term!r} is unknown and `...` needs it")
+            counts.append(rank - (len(term) - 3))
+    if any(c < 0 for c in counts):
+        raise ValueError("an operand has fewer axes than its letters")
+    ellipsis = _ellipsis_letters(eq, max(counts, default=0))
+    spelled = tuple(_spell_term(t, r, ellipsis) for t, r in zip(terms, ranks, strict=True))
+    for term in (*spelled, out):
+        if any(c not in string.ascii_letters for c in term.replace("...", "")):
+            raise ValueError(f"{term!r} holds a character that is not a letter")
+        if len(set(term.replace("...", ""))) != len(term.replace("...", "")):
+            raise ValueError(f"a letter repeats within {term!r} (a diagonal or trace)")
+    if not arrow:
+        used = "".join(spelled)
+        out = ellipsis + "".join(sorted(c for c in set(used) if used.count(c) == 1 and c not in ellipsis))
+    elif "..." in out:
+        out = out.replace("...", ellipsis)
+    missing = [c for c in out if not any(c in t for t in spelled)]
+    if missing:
+        raise ValueError(f"output letters {''.join(missing)!r} are in no operand")
+    return Equation(spelled, out)
+
+
+def _transpose(em: Emitter, x: str, have: str, want: str) -> str:
+    """``x`` (axes ``have``) with its axes in the order ``want`` (a permutation of ``have``)."""
+    if have == want:
+        return x
+    return em.op("Transpose", [x], perm=[have.index(c) for c in want])
+
+
+def _finish(em: Emitter, x: str) -> None:
+    """Make ``x`` the node's output: the last node emitted writes it (an Identity when none did)."""
+    (output,) = em.node.output
+    last = em.nodes[-1] if em.nodes else None
+    if last is None or last.output[0] != x:
+        em.op("Identity", [x], [output])
+        return
+    last.output[0] = output
+    em.facts.add_node(last, em.opset)
+
+
+def _reduce(em: Emitter, x: str, have: str, keep: str) -> tuple[str, str]:
+    """``x`` (axes ``have``) summed over the letters not in ``keep``, and its remaining letters."""
+    summed = [i for i, c in enumerate(have) if c not in keep]
+    if not summed:
+        return x, have
+    return em.op("ReduceSum", [x], axes=summed, keepdims=0), "".join(c for c in have if c in keep)
+
+
+def _sizes(em: Emitter, terms: Sequence[str]) -> dict[str, int]:
+    """The static size of each letter, read from the operands' shapes (absent: dynamic or unknown)."""
+    sizes: dict[str, int] = {}
+    for name, term in zip(em.node.input, terms, strict=True):
+        dims = em.dims(name) or [None] * len(term)
+        for letter, dim in zip(term, dims, strict=True):
+            if dim is not None and sizes.get(letter, 1) == 1:
+                sizes[letter] = dim
+    return sizes
+
+
+def _regroup(em: Emitter, x: str, have: Sequence[str], want: Sequence[str], sizes: dict[str, int]) -> str:
+    """``x``, whose axes hold the letter groups ``have``, reshaped to axes holding ``want`` (same letters, in order).
+
+    The Reshape-5 shape copies (0) an axis whose group stays where it is, gives the product of static
+    sizes elsewhere (1 for an empty group), and -1 for at most one group of dynamic size.
+    """
+    if list(have) == list(want):
+        return x
+    shape: list[int | None] = []
+    for i, group in enumerate(want):
+        if i < len(have) and have[i] == group:
+            shape.append(0)
+        elif all(c in sizes for c in group):
+            shape.append(int(np.prod([sizes[c] for c in group], dtype=np.int64)))
+        else:
+            shape.append(None)
+    unknown = [g for g, s in zip(want, shape, strict=True) if s is None]
+    if len(unknown) > 1:
+        em.refuse(f"equation {attribute_value(em.node, 'equation')!r} needs the sizes of the letters "
+                  f"{', '.join(repr(g) for g in unknown)} static (all but one group); {ADD_SHAPES}")
+    final = [-1 if s is None else s for s in shape]
+    return em.op("Reshape", [x, em.const(np.array(final, dtype=np.int64), "shape")])
+
+
+def _product(em: Emitter, a: str, ta: str, b: str, tb: str, out: str) -> None:
+    """``a * b`` broadcast over the letters of ``out`` (no letter summed): each transposed and unsqueezed."""
+    operands = []
+    for x, term in ((a, ta), (b, tb)):
+        x = _transpose(em, x, term, "".join(c for c in out if c in term))
+        missing = [i for i, c in enumerate(out) if c not in term]
+        operands.append(em.op("Unsqueeze", [x], axes=missing) if missing else x)
+    em.op("Mul", operands, list(em.node.output))
+
+
+def _matmul(em: Emitter, a: str, ta: str, b: str, tb: str, out: str, sizes: dict[str, int]) -> None:
+    """``a`` and ``b`` contracted over the letters they share that ``out`` lacks, by MatMul."""
+    batch = [c for c in out if c in ta and c in tb]
+    summed = "".join(c for c in ta if c in tb and c not in out)
+    kept_a = "".join(c for c in out if c in ta and c not in tb)
+    kept_b = "".join(c for c in out if c in tb and c not in ta)
+    left = _transpose(em, a, ta, "".join(batch) + kept_a + summed)
+    left = _regroup(em, left, [*batch, *kept_a, *summed], [*batch, kept_a, summed], sizes)
+    right = _transpose(em, b, tb, "".join(batch) + summed + kept_b)
+    right = _regroup(em, right, [*batch, *summed, *kept_b], [*batch, summed, kept_b], sizes)
+    product = em.op("MatMul", [left, right])
+    product = _regroup(em, product, [*batch, kept_a, kept_b], [*batch, *kept_a, *kept_b], sizes)
+    _finish(em, _transpose(em, product, "".join(batch) + kept_a + kept_b, out))
+
+
+@lowering("Einsum", budgeted=True)
+def einsum(em: Emitter) -> None:
+    """Einsum-12 as Transpose/ReduceSum/Mul/MatMul (one or two operands; no diagonal)."""
+    node = em.node
+    equation = str(attribute_value(node, "equation"))
+    for name in node.input:
+        elem = em.elem_type(name)
+        if elem not in _TYPES:
+            found = "unknown" if elem is None else onnx.TensorProto.DataType.Name(elem).lower()
+            em.refuse(f"the element type of input {name!r} is {found}, and the lowering takes "
+                      f"{', '.join(_TYPES.values())} only")
+    try:
+        parsed = parse_equation(equation, [em.rank(i) for i in node.input])
+    except ValueError as e:
+        em.refuse(f"equation {equation!r} is not handled: {e}")
+    out = parsed.output
+    if len(parsed.terms) == 1:
+        x, have = _reduce(em, node.input[0], parsed.terms[0], out)
+        _finish(em, _transpose(em, x, have, out))
+        return
+    ta, tb = parsed.terms
+    a, ta = _reduce(em, node.input[0], ta, out + tb)
+    b, tb = _reduce(em, node.input[1], tb, out + ta)
+    if any(c in tb and c not in out for c in ta):
+        _matmul(em, a, ta, b, tb, out, _sizes(em, parsed.terms))
+    else:
+        _product(em, a, ta, b, tb, out)
