@@ -35,6 +35,7 @@ from lowerer.rules import (  # noqa: F401  (imported to register their adapters)
     scatter,
     shape_ops,
     tensor_ops,
+    trilu,
 )
 from lowerer.rules.argmax import ArgExtremumRule
 from lowerer.rules.backend_forms import ConstantInputsForm, LastAxisForm, SelectLastIndexForm
