@@ -26,6 +26,7 @@ from lowerer.rules import (  # noqa: F401  (imported to register their adapters)
     elementwise,
     grid_sample,
     group_norm,
+    mod,
     normalization,
     quantization,
     reduction,
