@@ -23,6 +23,7 @@ from lowerer.rules import (  # noqa: F401  (imported to register their adapters)
     attention,
     cast,
     control_flow,
+    cumsum,
     elementwise,
     grid_sample,
     group_norm,
