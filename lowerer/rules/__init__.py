@@ -22,6 +22,7 @@ from __future__ import annotations
 from lowerer.rules import (  # noqa: F401  (imported to register their adapters)
     attention,
     cast,
+    constant_of_shape,
     control_flow,
     cumsum,
     elementwise,
