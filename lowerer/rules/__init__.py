@@ -26,6 +26,7 @@ from lowerer.rules import (  # noqa: F401  (imported to register their adapters)
     control_flow,
     cumsum,
     elementwise,
+    gather_elements,
     grid_sample,
     group_norm,
     mod,
