@@ -6,7 +6,7 @@ selection, exact for every value (inf and NaN included; a multiplication by a 0/
 turn ``inf * 0`` into NaN). With static last two dims and a constant (or absent) ``k`` the mask
 is a constant; otherwise it is computed from ``Range`` (opset >= 11). Where exists from opset 9;
 below 9 integer and bool inputs use ``Mul``/``And`` with a constant mask (exact: no value is
-rounded), floats are refused.
+rounded), floats are refused. Bool inputs use ``And`` with the mask at every opset.
 """
 
 from __future__ import annotations
@@ -79,6 +79,9 @@ def trilu(em: Emitter) -> None:
         mask = em.const(_constant_mask(int(rows or 0), int(cols or 0), int(k or 0), upper), "mask")
     else:
         mask = _computed_mask(em, x, rank, upper)
+    if dtype.kind == "b":  # And keeps exactly the masked values (onnxruntime's Where has no bool kernel)
+        em.op("And", [x, mask], list(node.output))
+        return
     em.op("Where", [mask, x, em.const(np.zeros((), dtype), "zero")], list(node.output))
 
 
