@@ -8,6 +8,8 @@ here registers nothing: ``tests/test_registry.py`` checks every module of the pa
 * decompositions: :mod:`.hardmax_decomposition` (Hardmax → ArgMax + one-hot), :mod:`.global_max_pool`
   (GlobalMaxPool → ReduceMax);
 * backend forms: :mod:`.backend_forms` (``argmax-flip``, ``last-axis``, ``constant-inputs``);
+* lowerings (ops with no function body, for targets that lack them): :mod:`.trilu`, :mod:`.mod`,
+  :mod:`.cumsum`, :mod:`.constant_of_shape`, :mod:`.gather_elements`;
 * version-step adapters and documented refusals: :mod:`.attention`, :mod:`.cast`, :mod:`.control_flow`,
   :mod:`.elementwise`, :mod:`.grid_sample`, :mod:`.group_norm`, :mod:`.normalization`, :mod:`.quantization`,
   :mod:`.reduction`, :mod:`.resize`, :mod:`.scan`, :mod:`.scatter`, :mod:`.shape_ops`, :mod:`.tensor_ops`,
