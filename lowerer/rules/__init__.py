@@ -9,6 +9,8 @@ here registers nothing: ``tests/test_registry.py`` checks every module of the pa
   (GlobalMaxPool → ReduceMax);
 * lowerings (ops written with older ops, for targets that lack them): :mod:`.einsum`;
 * backend forms: :mod:`.backend_forms` (``argmax-flip``, ``last-axis``, ``constant-inputs``);
+* lowerings (ops with no function body, for targets that lack them): :mod:`.trilu`, :mod:`.mod`,
+  :mod:`.cumsum`, :mod:`.constant_of_shape`, :mod:`.gather_elements`;
 * version-step adapters and documented refusals: :mod:`.attention`, :mod:`.cast`, :mod:`.control_flow`,
   :mod:`.elementwise`, :mod:`.grid_sample`, :mod:`.group_norm`, :mod:`.normalization`, :mod:`.quantization`,
   :mod:`.reduction`, :mod:`.resize`, :mod:`.scan`, :mod:`.scatter`, :mod:`.shape_ops`, :mod:`.tensor_ops`,
@@ -23,11 +25,15 @@ from __future__ import annotations
 from lowerer.rules import (  # noqa: F401  (imported to register their adapters)
     attention,
     cast,
+    constant_of_shape,
     control_flow,
+    cumsum,
     einsum,
     elementwise,
+    gather_elements,
     grid_sample,
     group_norm,
+    mod,
     normalization,
     quantization,
     reduction,
@@ -37,6 +43,7 @@ from lowerer.rules import (  # noqa: F401  (imported to register their adapters)
     scatter,
     shape_ops,
     tensor_ops,
+    trilu,
 )
 from lowerer.rules.argmax import ArgExtremumRule
 from lowerer.rules.backend_forms import ConstantInputsForm, LastAxisForm, SelectLastIndexForm

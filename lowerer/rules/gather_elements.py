@@ -1,0 +1,66 @@
+"""Lowering of GatherElements-11/13 for targets below opset 11: Gather on the flattened data.
+
+With static shapes of ``data`` and ``indices``, output element ``p`` (a position in ``indices``)
+is ``data.flat[base[p] + idx[p] * stride[axis]]``, where ``base`` is the constant flat offset of
+``p``'s coordinates on every axis but ``axis``. Negative indices are counted from the back
+(``idx + size`` where ``idx < 0``), in the graph or, for constant indices, in advance. It only
+moves values: exact for every type. Indices out of range are an error for the kernel and
+undefined here (they select some other element or fail), as they are invalid input.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from onnx import TensorProto
+
+from lowerer.steps.emitter import Emitter, attr, normalize_axis
+from lowerer.steps.registry import lowering
+
+__all__ = ["gather_elements"]
+
+
+def _static_dims(em: Emitter, name: str, what: str) -> list[int]:
+    dims = em.dims(name)
+    if dims is None or any(d is None for d in dims):
+        em.refuse(f"the shape of {what} {name!r} is not static, and the flat indices of Gather on the flattened "
+                  "data are computed from it; make the shapes static (python -m onnxruntime.tools."
+                  "make_dynamic_shape_fixed) or choose a target opset >= 11")
+    return [int(d or 0) for d in dims]
+
+
+def _nonnegative(em: Emitter, indices: str, size: int) -> str:
+    """``indices`` as int64 with negative entries counted from the back (``+ size``)."""
+    if em.elem_type(indices) != TensorProto.INT64:
+        indices = em.op("Cast", [indices], to=TensorProto.INT64)
+    zero = em.const(np.array(0, np.int64), "zero")
+    negative = em.op("Cast", [em.op("Less", [indices, zero])], to=TensorProto.INT64)
+    return em.op("Add", [indices, em.op("Mul", [negative, em.const(np.array(size, np.int64), "size")])])
+
+
+@lowering("GatherElements")
+def gather_elements(em: Emitter) -> None:
+    """GatherElements as Gather(Reshape(data, [-1]), flat indices) for static shapes."""
+    node = em.node
+    data, indices = node.input[0], node.input[1]
+    ddims = _static_dims(em, data, "data")
+    idims = _static_dims(em, indices, "indices")
+    if len(ddims) != len(idims) or not ddims:
+        em.refuse(f"data is {len(ddims)}-D and indices {len(idims)}-D; GatherElements needs the same rank >= 1")
+    rank = len(ddims)
+    axis = normalize_axis(attr(node, "axis", 0) or 0, rank)
+    strides = [int(np.prod(ddims[d + 1:], dtype=np.int64)) for d in range(rank)]
+    grid = np.indices(idims, dtype=np.int64) if idims else np.zeros((0,), np.int64)
+    base = sum((grid[d] * strides[d] for d in range(rank) if d != axis), np.zeros(idims, np.int64))
+    value = em.constant(indices)
+    if value is not None:
+        idx = np.asarray(value).astype(np.int64)
+        flat = em.const(base + np.where(idx < 0, idx + ddims[axis], idx) * strides[axis], "flat_indices")
+    else:
+        if em.target < 9:
+            em.refuse(f"the indices {indices!r} are not a constant, and counting negative ones from the back at run "
+                      "time needs an integer Less and Where (opset >= 9); the lowest opset for this node is 9")
+        scaled = em.op("Mul", [_nonnegative(em, indices, ddims[axis]), em.const(np.array(strides[axis], np.int64),
+                                                                                  "stride")])
+        flat = em.op("Add", [scaled, em.const(base, "base")])
+    flat_data = em.op("Reshape", [data, em.const(np.array([-1], np.int64), "flat")])
+    em.op("Gather", [flat_data, flat], list(node.output), axis=0)

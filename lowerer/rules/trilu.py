@@ -1,0 +1,101 @@
+"""Lowering of Trilu-14 (torch.tril / torch.triu) for targets below opset 14.
+
+The kept part of the last two axes is a mask: element ``(i, j)`` is kept when ``j - i <= k``
+(lower, ``upper=0``) or ``j - i >= k`` (``upper=1``). The output is ``Where(mask, X, 0)``: a
+selection, exact for every value (inf and NaN included; a multiplication by a 0/1 mask would
+turn ``inf * 0`` into NaN). With static last two dims and a constant (or absent) ``k`` the mask
+is a constant; otherwise it is computed from ``Range`` (opset >= 11). Where exists from opset 9;
+below 9 integer and bool inputs use ``Mul``/``And`` with a constant mask (exact: no value is
+rounded), floats are refused. Bool inputs use ``And`` with the mask at every opset.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from lowerer.reference import np_dtype
+from lowerer.steps.emitter import Emitter, attr
+from lowerer.steps.registry import lowering
+
+__all__ = ["trilu"]
+
+
+def _k_value(em: Emitter) -> int | None:
+    """The constant ``k`` (0 when absent), or None when it is computed at run time."""
+    node = em.node
+    if len(node.input) < 2 or not node.input[1]:
+        return 0
+    value = em.constant(node.input[1])
+    return None if value is None else int(np.asarray(value).reshape(-1)[0])
+
+
+def _constant_mask(rows: int, cols: int, k: int, upper: bool) -> np.ndarray:
+    diff = np.arange(cols, dtype=np.int64)[None, :] - np.arange(rows, dtype=np.int64)[:, None]
+    return diff >= k if upper else diff <= k
+
+
+def _computed_mask(em: Emitter, x: str, rank: int, upper: bool) -> str:
+    """The mask from Range over the last two dims and the run-time ``k`` (opset >= 11)."""
+    if em.target < 11:
+        em.refuse(f"the last two dims of {x!r} are not static or k is not a constant, and the mask then needs "
+                  "Range (opset >= 11); make the shapes static (python -m onnxruntime.tools.make_dynamic_shape_fixed) "
+                  "or choose a target opset >= 11")
+    node = em.node
+    i64 = np.int64
+    shape = em.op("Shape", [x])
+    zero, one = em.const(np.array(0, i64), "zero"), em.const(np.array(1, i64), "one")
+
+    def dim(axis: int) -> str:
+        picked = em.op("Gather", [shape, em.const(np.array(axis, i64), "axis")], axis=0)
+        return em.op("Range", [zero, picked, one])
+
+    rows = em.op("Unsqueeze", [dim(rank - 2), em.const(np.array([1], i64), "axes")])
+    diff = em.op("Sub", [dim(rank - 1), rows])
+    has_k = len(node.input) > 1 and bool(node.input[1])
+    k = node.input[1] if has_k else zero
+    return em.op("Not", [em.op("Less" if upper else "Greater", [diff, k])])
+
+
+@lowering("Trilu")
+def trilu(em: Emitter) -> None:
+    """Trilu as Where(mask, X, 0) (Mul/And by a constant mask below opset 9 for integers and bool)."""
+    node = em.node
+    x = node.input[0]
+    upper = bool(attr(node, "upper", 1))
+    rank = em.require_rank(x, "(Trilu masks the last two axes)")
+    elem = em.elem_type(x)
+    if elem is None:
+        em.refuse(f"the element type of {x!r} is unknown and the zero Trilu writes is of that type; "
+                  "add type information for it")
+    dtype = np_dtype(elem)
+    dims = em.dims(x) or []
+    rows, cols = (dims[-2], dims[-1]) if len(dims) >= 2 else (None, None)
+    k = _k_value(em)
+    static = rows is not None and cols is not None and k is not None
+    if em.target < 9:
+        _below_where(em, x, dtype, static, rows, cols, k, upper)
+        return
+    if static:
+        mask = em.const(_constant_mask(int(rows or 0), int(cols or 0), int(k or 0), upper), "mask")
+    else:
+        mask = _computed_mask(em, x, rank, upper)
+    if dtype.kind == "b":  # And keeps exactly the masked values (onnxruntime's Where has no bool kernel)
+        em.op("And", [x, mask], list(node.output))
+        return
+    em.op("Where", [mask, x, em.const(np.zeros((), dtype), "zero")], list(node.output))
+
+
+def _below_where(em: Emitter, x: str, dtype: np.dtype, static: bool, rows: int | None, cols: int | None,
+                 k: int | None, upper: bool) -> None:
+    """Below opset 9 (no Where): a constant mask applied by Mul (integers) or And (bool)."""
+    if dtype.kind not in "iub":
+        em.refuse(f"{x!r} is {dtype} and below opset 9 there is no Where; multiplying by a 0/1 mask is not exact "
+                  "for inf and NaN; choose a target opset >= 9")
+    if not static:
+        em.refuse(f"the last two dims of {x!r} are not static or k is not a constant, which the mask below opset 9 "
+                  "needs; make the shapes static or choose a target opset >= 11")
+    mask = _constant_mask(int(rows or 0), int(cols or 0), int(k or 0), upper)
+    op = "And" if dtype.kind == "b" else "Mul"
+    em.op(op, [x, em.const(mask.astype(dtype), "mask")], list(em.node.output))
+
+
