@@ -100,7 +100,6 @@ def test_rms_normalization_axes_fold_into_constants(target: int) -> None:
 def test_if_with_a_folded_condition_is_replaced_by_its_branch() -> None:
     # A model-local function's body with an If on its input's rank: expanding a call of the op whose body
     # it is would fold it; here the fold is exercised directly on an instantiated body.
-    from lowerer.steps.expansion import _live
     from lowerer.steps.specialize import fold
 
     class _Facts:
@@ -137,7 +136,7 @@ def test_if_with_a_folded_condition_is_replaced_by_its_branch() -> None:
     other = helper.make_graph([helper.make_node("Abs", ["X"], ["e"])], "else", [],
                               [helper.make_tensor_value_info("e", TensorProto.FLOAT, None)])
     branch = helper.make_node("If", ["c"], ["Y"], then_branch=then, else_branch=other)
-    out = _live(fold([shape, rank, two, is_2d, branch], _Em(), 17, {"Y"}), {"Y"})  # type: ignore[arg-type]
+    out = fold([shape, rank, two, is_2d, branch], _Em(), 17, {"Y"})  # type: ignore[arg-type]
     assert [(n.op_type, list(n.input), list(n.output)) for n in out] == [("Neg", ["X"], ["Y"])]
 
 

@@ -32,7 +32,7 @@ from onnx import helper
 
 from lowerer.scopes import node_graphs
 from lowerer.steps.emitter import Emitter
-from lowerer.steps.specialize import flatten_free_layer_norm, fold
+from lowerer.steps.specialize import flatten_free_layer_norm, fold, reads_of
 
 __all__ = ["EXPANSION_RULE", "body_opsets", "expand", "expandable_ops", "has_body"]
 
@@ -191,26 +191,6 @@ def _literal_reshapes(nodes: list[onnx.NodeProto], opset: int) -> None:
             n.attribute.append(helper.make_attribute("allowzero", 1))
 
 
-def _reads(node: onnx.NodeProto) -> set[str]:
-    """The values ``node`` reads, its subgraphs' reads of outer values included."""
-    found = set(node.input)
-    for g in node_graphs(node):
-        for inner in g.node:
-            found |= _reads(inner)
-    return found
-
-
-def _live(nodes: list[onnx.NodeProto], wanted: set[str]) -> list[onnx.NodeProto]:
-    """``nodes`` without those whose outputs nothing reads (the computation of unused optional outputs)."""
-    needed = set(wanted)
-    kept: list[onnx.NodeProto] = []
-    for node in reversed(nodes):
-        if any(o and o in needed for o in node.output):
-            kept.append(node)
-            needed |= _reads(node)
-    return kept[::-1]
-
-
 def expand(em: Emitter) -> int:
     """Emit ``em.node``'s function body into ``em`` and return the opset its nodes are valid at.
 
@@ -231,7 +211,7 @@ def expand(em: Emitter) -> int:
     mapping: dict[str, str] = {}
     present = list(node.input) + [""] * (len(formal_in) - len(node.input))
     nodes = list(body.node)
-    reads = set().union(*(_reads(n) for n in nodes)) if nodes else set()
+    reads = set().union(*(reads_of(n) for n in nodes)) if nodes else set()
     for formal, actual in zip(formal_in, present, strict=True):
         if not actual and formal in reads and opset not in schema.context_dependent_function_opset_versions:
             em.refuse(f"its optional input {formal!r} is absent and the function body reads it")
@@ -250,7 +230,7 @@ def expand(em: Emitter) -> int:
     _resolve_references(copies, _attribute_values(node, schema))
     _literal_reshapes(copies, opset)
     _rename(copies, mapping, em)
-    for c in _live(fold(copies, em, opset, wanted), wanted):
+    for c in fold(copies, em, opset, wanted):
         if node.metadata_props:
             c.metadata_props.extend(node.metadata_props)
         em.nodes.append(c)

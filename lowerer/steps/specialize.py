@@ -34,7 +34,7 @@ from lowerer import reference
 from lowerer.scopes import has_subgraphs, node_graphs
 from lowerer.steps.emitter import Emitter
 
-__all__ = ["FOLDED", "flatten_free_layer_norm", "fold"]
+__all__ = ["FOLDED", "flatten_free_layer_norm", "fold", "live", "reads_of"]
 
 logger = logging.getLogger(__name__)
 
@@ -51,6 +51,8 @@ _INTEGER_ONLY = frozenset({"Add", "Sub", "Mul", "Div", "Neg", "Abs", "Max", "Min
                            "Mod", "Sign", "Range"})
 #: The largest constant a fold makes (elements).
 _MAX_ELEMENTS = 4096
+#: The largest integer constant input of the call a fold reads (weights stay inputs: never copied).
+_MAX_OUTER_ELEMENTS = 64
 
 
 @dataclass
@@ -68,7 +70,11 @@ class _State:
             return None
         if name in self.values:
             return self.values[name]
-        return self.em.constant(name)
+        value = self.em.constant(name)
+        # A constant the call passes in is read only when it is a small integer tensor (axes, shapes, indices):
+        # a weight is never folded into a copy of itself.
+        small = value is not None and value.dtype.kind in "biu" and value.size <= _MAX_OUTER_ELEMENTS
+        return value if small else None
 
     def entries(self, name: str) -> list[int | None] | None:
         if name in self.partial:
@@ -215,12 +221,12 @@ def fold(nodes: list[onnx.NodeProto], em: Emitter, opset: int, keep: set[str]) -
         for name, value in zip(node.output, out, strict=False):
             if name:
                 state.values[name] = value
-    return _without_identities(_materialize(state, kept, keep), keep)
+    return _without_identities(_materialize(state, live(kept, keep), keep), keep)
 
 
 def _materialize(state: _State, kept: list[onnx.NodeProto], keep: set[str]) -> list[onnx.NodeProto]:
     """``kept`` preceded by a constant for each folded value something still reads."""
-    read = {i for n in kept for i in _reads(n)} | keep
+    read = {i for n in kept for i in reads_of(n)} | keep
     made: list[onnx.NodeProto] = []
     for name, value in state.values.items():
         if name not in read:
@@ -263,7 +269,7 @@ def _without_identities(nodes: list[onnx.NodeProto], keep: set[str]) -> list[onn
 def _read_counts(nodes: list[onnx.NodeProto]) -> dict[str, int]:
     counts: dict[str, int] = {}
     for n in nodes:
-        for i in _reads(n):
+        for i in reads_of(n):
             counts[i] = counts.get(i, 0) + 1
     return counts
 
@@ -279,12 +285,24 @@ def _substitute(node: onnx.NodeProto, names: dict[str, str]) -> None:
             _substitute(inner, names)
 
 
-def _reads(node: onnx.NodeProto) -> set[str]:
+def reads_of(node: onnx.NodeProto) -> set[str]:
+    """The values ``node`` reads, its subgraphs' reads of outer values included."""
     found = set(node.input)
     for g in node_graphs(node):
         for inner in g.node:
-            found |= _reads(inner)
+            found |= reads_of(inner)
     return found
+
+
+def live(nodes: list[onnx.NodeProto], wanted: set[str]) -> list[onnx.NodeProto]:
+    """``nodes`` without those whose outputs nothing reads (the computation of unused optional outputs)."""
+    needed = set(wanted)
+    kept: list[onnx.NodeProto] = []
+    for node in reversed(nodes):
+        if any(o and o in needed for o in node.output):
+            kept.append(node)
+            needed |= reads_of(node)
+    return kept[::-1]
 
 
 def flatten_free_layer_norm(body: onnx.FunctionProto, em: Emitter) -> None:
