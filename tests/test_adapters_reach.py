@@ -179,14 +179,47 @@ def test_resize_down_refusals(attr: str, value: str, match: str) -> None:
     refused(model, 10, match)
 
 
-def test_resize_down_refuses_sizes() -> None:
-    sizes = numpy_helper.from_array(np.array([1, 2, 6, 8], np.int64), "z")
+def _sized(sizes: list[int], dims: list[int | str]) -> onnx.ModelProto:
+    z = numpy_helper.from_array(np.array(sizes, np.int64), "z")
     node = helper.make_node("Resize", ["x", "", "", "z"], ["y"], name="rs", coordinate_transformation_mode="asymmetric",
                             nearest_mode="floor")
-    model = make_model([node], [value_info("x", F, [1, 2, 3, 4])], [value_info("y", F, [1, 2, 6, 8])], 13,
-                       initializers=[sizes])
-    refused(model, 10, "sized by input 'sizes'")
+    return make_model([node], [value_info("x", F, dims)], [value_info("y", F, sizes)], 13, initializers=[z])
+
+
+@pytest.mark.parametrize("target", [10, 9, 7])
+def test_resize_sized_by_integer_ratios_goes_below_11(target: int) -> None:
+    """Sizes that are the input's static dims times integers become the same scales (exactly representable)."""
+    out = convert_exact(_sized([1, 2, 6, 8], [1, 2, 3, 4]), target, {"x": ties(1, 2, 3, 4)})
+    assert ops(out) == (["Resize"] if target == 10 else ["Upsample"])
+
+
+def test_resize_down_refuses_sizes_that_are_no_integer_ratio() -> None:
+    model = _sized([1, 2, 6, 6], [1, 2, 3, 4])
+    refused(model, 10, "size 3 is not the input's dim 3 times a constant integer")
     convert_exact(model, 11, {"x": ties(1, 2, 3, 4)})  # an empty roi and scales next to sizes
+
+
+@pytest.mark.parametrize("ctm", ["half_pixel", "pytorch_half_pixel"])
+@pytest.mark.parametrize("rounding", ["round_prefer_floor", "round_prefer_ceil"])
+@pytest.mark.parametrize("target", [10, 9, 7])
+def test_half_pixel_nearest_on_integer_upsampling_goes_below_11(ctm: str, rounding: str, target: int) -> None:
+    """x = k*s + j maps to k + (j + 0.5)/s - 0.5, within 0.5 of k: what asymmetric floor picks."""
+    model = upsample(13, "Resize", "nearest", [1, 1, 2, 3])
+    for a in model.graph.node[0].attribute:
+        if a.name == "coordinate_transformation_mode":
+            a.s = ctm.encode()
+        if a.name == "nearest_mode":
+            a.s = rounding.encode()
+    convert_exact(model, target, {"x": ties(1, 2, 3, 4)})
+    model.graph.initializer[0].CopyFrom(numpy_helper.from_array(np.array([1, 1, 2, 1.5], np.float32), "s"))
+    refused(model, 10, "maps x to x / scale")  # a non-integer factor: the mappings differ
+
+
+@pytest.mark.parametrize("mode", ["nearest", "linear"])
+@pytest.mark.parametrize("target", [9, 8, 7])
+def test_resize_below_10_becomes_upsample(mode: str, target: int) -> None:
+    out = convert_exact(upsample(19, "Resize", mode, [1, 1, 2, 3]), target, {"x": ties(1, 2, 3, 4)})
+    assert ops(out) == ["Upsample"]
 
 
 @pytest.mark.parametrize("source", [13, 18, 19])

@@ -27,10 +27,10 @@ def _hardmax_model(opset: int = 11) -> onnx.ModelProto:
     return helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)], ir_version=8)
 
 
-def _trilu_model() -> onnx.ModelProto:
-    """Trilu-14: below 14 it does not exist and has no function body, so 13 is refused."""
+def _float_mod_model() -> onnx.ModelProto:
+    """A float Mod (fmod=1): below Mod-10 it has no exact form (its lowering takes integers only), so 9 is refused."""
     graph = helper.make_graph(
-        [helper.make_node("Trilu", ["x"], ["y"], name="tri")], "g",
+        [helper.make_node("Mod", ["x", "x"], ["y"], name="tri", fmod=1)], "g",
         [helper.make_tensor_value_info("x", TensorProto.FLOAT, [3, 3])],
         [helper.make_tensor_value_info("y", TensorProto.FLOAT, [3, 3])])
     return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 14)], ir_version=8)
@@ -51,20 +51,20 @@ def test_lower_pass_takes_convert_options_in_a_pass_manager() -> None:
 
 def test_a_refusal_in_a_pass_manager_carries_lowerers_line() -> None:
     with pytest.raises(lowerer.ConversionError) as direct:
-        lowerer.convert(_trilu_model(), target_opset=13, verify=False)
+        lowerer.convert(_float_mod_model(), target_opset=9, verify=False)
     line = str(direct.value)
-    lower = lowerer.LowerPass(target_opset=13, verify=False)
+    lower = lowerer.LowerPass(target_opset=9, verify=False)
     with pytest.raises(ir.passes.PassError) as info:
-        ir.passes.PassManager([lower])(ir.serde.deserialize_model(_trilu_model()))
+        ir.passes.PassManager([lower])(ir.serde.deserialize_model(_float_mod_model()))
     outer = info.value
     assert str(outer) == "An error occurred at step 0"  # onnx_ir's own words
     wrapper = outer.__cause__
     assert isinstance(wrapper, ir.passes.PassError) and line in str(wrapper)  # one level down, in the message
     assert lowerer_error(outer) is lower.error and str(lower.error) == line
     assert str(lower) == f"{lower!r} failed: {line}"
-    with pytest.raises(ir.passes.PassError, match="Trilu"):
-        ir.passes.Sequential(lowerer.LowerPass(target_opset=13, verify=False))(
-            ir.serde.deserialize_model(_trilu_model()))
+    with pytest.raises(ir.passes.PassError, match="Mod"):
+        ir.passes.Sequential(lowerer.LowerPass(target_opset=9, verify=False))(
+            ir.serde.deserialize_model(_float_mod_model()))
 
 
 def test_lowerer_error_is_none_for_other_errors() -> None:

@@ -56,49 +56,34 @@ MAX_ULP_EXPANSION = 8.0
 
 #: (fixture, target) -> the ``Op-version`` that the refusal must name. Every one is a target below what
 #: the model's ops allow: Slice with run-time ends has no form below Slice-10 (BERT's position ids),
-#: GatherND exists from 11 (GPT-2's causal mask), and LayerNormalization's body reshapes back to a
-#: run-time shape, which below 11 has no exact form for possibly empty inputs (If-1 wants equal static
-#: branch shapes). Remove an entry when its conversion starts to work.
+#: GatherND exists from 11 (GPT-2's causal mask). Remove an entry when its conversion starts to work.
 EXPECTED_REFUSALS: dict[tuple[str, int], str] = {
     ("bert.dynamo.opset18.onnx", 9): "Slice-13",
     ("bert.dynamo.opset20.onnx", 9): "Slice-13",
     ("bert.legacy.opset17.onnx", 9): "Slice-13",
     ("gpt2.dynamo.opset18.onnx", 9): "GatherND-13",
     ("gpt2.dynamo.opset20.onnx", 9): "GatherND-13",
-    # -- issue 17's models (torch 2.13 dynamo at 20 and 23). Ops with no earlier version: Trilu from 14
-    # (tril, SDPA's causal mask), Einsum from 12, GridSample from 16, Resize from 10; taking these down
-    # needs decompositions (being added for Trilu, Einsum, GridSample).
-    ("decoder.dynamo.opset20.onnx", 13): "Trilu-14",
-    ("decoder.dynamo.opset20.onnx", 11): "Trilu-14",
-    ("tril_einsum.dynamo.opset20.onnx", 13): "Trilu-14",
-    ("tril_einsum.dynamo.opset23.onnx", 13): "Trilu-14",
-    ("tril_einsum.dynamo.opset20.onnx", 11): "Einsum-12",
-    ("tril_einsum.dynamo.opset23.onnx", 11): "Einsum-12",
-    ("tril_einsum.dynamo.opset20.onnx", 9): "Einsum-12",
-    ("tril_einsum.dynamo.opset23.onnx", 9): "Einsum-12",
+    # -- issue 17's models (torch 2.13 dynamo at 20 and 23), each refusal in a README-listed class.
+    # Run-time shapes below opset 10/11: Slice-1 needs constant ends (as BERT's); Trilu's mask for dynamic
+    # dims needs Range (11); GatherElements on data with a dynamic dim needs Range for its flat indices.
+    ("decoder.dynamo.opset20.onnx", 9): "Slice-13",
+    ("tril_einsum.dynamo.opset20.onnx", 9): "Trilu-14",
+    ("tril_einsum.dynamo.opset23.onnx", 9): "Trilu-14",
+    ("detector.dynamo.opset20.onnx", 9): "GatherElements-13",
+    ("detector.dynamo.opset23.onnx", 9): "GatherElements-13",
+    # Bilinear Resize with half-pixel coordinates: Resize-10/Upsample map x to x / scale only.
+    ("unet.dynamo.opset20.onnx", 9): "Resize-19",
+    # Reshape back to a run-time shape that may hold a 0, below Reshape-14 (If-1 wants equal static branch
+    # shapes): the function bodies of RotaryEmbedding and GroupNormalization, below 11.
+    ("decoder.dynamo.opset23.onnx", 9): "RotaryEmbedding-23",
+    ("unet.dynamo.opset23.onnx", 9): "GroupNormalization-21",
+    # GridSample below 16: no lowering yet.
     ("spatial_transformer.dynamo.opset20.onnx", 13): "GridSample-20",
     ("spatial_transformer.dynamo.opset20.onnx", 11): "GridSample-20",
     ("spatial_transformer.dynamo.opset20.onnx", 9): "GridSample-20",
     ("spatial_transformer.dynamo.opset23.onnx", 13): "GridSample-22",
     ("spatial_transformer.dynamo.opset23.onnx", 11): "GridSample-22",
     ("spatial_transformer.dynamo.opset23.onnx", 9): "GridSample-22",
-    ("detector.dynamo.opset20.onnx", 9): "Resize-19",
-    ("detector.dynamo.opset23.onnx", 9): "Resize-19",
-    ("unet.dynamo.opset20.onnx", 9): "Resize-19",
-    # Run-time Slice ends below Slice-10, as BERT's.
-    ("decoder.dynamo.opset20.onnx", 9): "Slice-13",
-    # Function bodies whose ReduceMean-18 reads its axes from a node inside the body (not a constant at
-    # the call site), so ReduceMean-13 (axes an attribute) cannot be reached; below 11, GroupNormalization's
-    # body reshapes back to a run-time shape (If-1). Call-site folding of function bodies should lift the
-    # first kind; the decoder's Attention-23 and RotaryEmbedding-23 come next after RMSNormalization.
-    ("decoder.dynamo.opset23.onnx", 17): "RMSNormalization-23",
-    ("decoder.dynamo.opset23.onnx", 13): "RMSNormalization-23",
-    ("decoder.dynamo.opset23.onnx", 11): "RMSNormalization-23",
-    ("decoder.dynamo.opset23.onnx", 9): "RMSNormalization-23",
-    ("unet.dynamo.opset23.onnx", 17): "GroupNormalization-21",
-    ("unet.dynamo.opset23.onnx", 13): "GroupNormalization-21",
-    ("unet.dynamo.opset23.onnx", 11): "GroupNormalization-21",
-    ("unet.dynamo.opset23.onnx", 9): "GroupNormalization-21",
 }
 
 #: (fixture, target) -> what is wrong with the model lowerer returns (exit 0): strict xfails. Empty:

@@ -93,6 +93,29 @@ def _rounds_like_floor(em: Emitter, node: onnx.NodeProto, scales: str) -> bool:
     return bool(np.all(flat >= 1) and np.all(flat == np.floor(flat)))
 
 
+def _scales_of_sizes(em: Emitter, data: str, sizes: str) -> str:
+    """Constant scales that give exactly ``sizes``: each size is the data's own dim, or a static dim times an integer.
+
+    An integer ratio is exactly representable, and onnxruntime derives the scale of a sized Resize as
+    size / dim, the same value: the same output size and the same coordinate mapping.
+    """
+    entries = em.facts.shape_entries(sizes)
+    dims = em.dims(data)
+    if entries is None or dims is None or len(entries) != len(dims):
+        em.refuse(f"it is sized by input 'sizes' ({sizes!r}), Resize-10 takes scales only, and the sizes are not "
+                  "known in terms of the input's dims (make the input's resized dims static)")
+    ratios = []
+    for k, (entry, dim) in enumerate(zip(entries, dims, strict=True)):
+        if entry == (data, k) or (isinstance(entry, int) and entry == dim):
+            ratios.append(1.0)
+        elif isinstance(entry, int) and dim and entry % dim == 0:
+            ratios.append(float(entry // dim))
+        else:
+            em.refuse(f"it is sized by input 'sizes' ({sizes!r}) and size {k} is not the input's dim {k} times a "
+                      "constant integer (Resize-10 takes scales only; make that dim static)")
+    return em.const(np.array(ratios, dtype=np.float32), "scales")
+
+
 @adapter("Resize", 11, DOWN)
 def resize_11_10(em: Emitter, step: Step, direction: str) -> None:
     """Resize-11 → Resize-10 when it uses Resize-10's settings: scales given, asymmetric, floor/ceil nearest."""
@@ -100,9 +123,9 @@ def resize_11_10(em: Emitter, step: Step, direction: str) -> None:
     mode = str(attribute_value(node, "mode") or "nearest")
     if mode not in ("nearest", "linear"):
         em.refuse(f"mode={mode!r}; Resize-10 has nearest and linear only")
-    if len(node.input) > 3 and node.input[3]:
-        em.refuse(f"it is sized by input 'sizes' ({node.input[3]!r}); Resize-10 takes scales only")
     scales = node.input[2] if len(node.input) > 2 else ""
+    if len(node.input) > 3 and node.input[3]:
+        scales = _scales_of_sizes(em, node.input[0], node.input[3])
     if not scales:
         em.refuse("it has no scales; Resize-10 needs them")
     if mode == "nearest" and _rounds_like_floor(em, node, scales):

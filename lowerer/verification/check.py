@@ -211,6 +211,36 @@ def _outside_spec(canon: _Canon, feeds: dict[str, np.ndarray]) -> str | None:
     return None
 
 
+def _attr_int(node: onnx.NodeProto, name: str, default: int) -> int:
+    return next((int(a.i) for a in node.attribute if a.name == name), default)
+
+
+def _into_domain(canon: _Canon, feeds: dict[str, np.ndarray]) -> None:
+    """Generated values moved into the original op's domain, where random ones would make it fail.
+
+    Indices of Gather/GatherElements are folded into ``[-dim, dim)`` of their axis, an integer divisor
+    of Mod/Div that is 0 (or -1 under the type's minimum, which overflows) becomes 1, and a shape for
+    ConstantOfShape becomes small and non-negative. The values stay seeded and tie-heavy otherwise.
+    """
+    node = canon.original
+    op, ins = node.op_type, list(node.input)
+    if op in ("Gather", "GatherElements") and len(ins) > 1 and ins[0] in feeds and ins[1] in feeds:
+        data, idx = feeds[ins[0]], feeds[ins[1]]
+        axis = _attr_int(node, "axis", 0)
+        axis = axis + data.ndim if axis < 0 else axis
+        dim = data.shape[axis] if 0 <= axis < data.ndim else 0
+        if dim > 0 and idx.dtype.kind in "iu":
+            feeds[ins[1]] = (np.mod(idx.astype(np.int64), 2 * dim) - dim).astype(idx.dtype)
+    elif op in ("Mod", "Div") and len(ins) > 1 and ins[1] in feeds and feeds[ins[1]].dtype.kind in "iu":
+        b = feeds[ins[1]].copy()
+        b[b == 0] = 1
+        if b.dtype.kind == "i":
+            b[b == -1] = 1
+        feeds[ins[1]] = b
+    elif op == "ConstantOfShape" and ins and ins[0] in feeds:
+        feeds[ins[0]] = np.mod(np.abs(feeds[ins[0]]), 5).astype(feeds[ins[0]].dtype)
+
+
 def _budget_record(budget: str, dtypes: list[np.dtype[Any]], max_ulp: int | None, op: str) -> dict[str, Any]:
     """What a rewrite's float outputs were judged by, for its report record."""
     if budget == "exact":
@@ -550,6 +580,7 @@ class _Trial:
         desc = InputSet(kind, shapes).describe(self.shown_names, self.dtypes)
         feeds = {n: generate(kind, e, s, rng) for n, e, s in zip(self.names, self.elems, shapes, strict=True)}
         feeds.update(_derived_feeds(canon, dict(zip(self.names, shapes, strict=True))))
+        _into_domain(canon, feeds)
         outside = _outside_spec(canon, feeds)
         if outside:
             self.skipped.append(f"{desc}: {outside}")
