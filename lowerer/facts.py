@@ -38,6 +38,7 @@ class Facts:
         self._values: dict[str, np.ndarray] = {}
         self._producers: dict[str, tuple[onnx.NodeProto, int]] = {}
         self._spelled: dict[str, str] = {}
+        self._non_negative: set[str] = set()
 
     # -- new values --------------------------------------------------------------------------
     def add_constant(self, name: str, value: np.ndarray, elem_type: int) -> None:
@@ -50,6 +51,17 @@ class Facts:
         for o in node.output:
             if o:
                 self._producers[o] = (node, opset)
+
+    def mark_non_negative(self, name: str) -> None:
+        """Record that the conversion made ``name`` non-negative by construction (an index ``arange + k * n``)."""
+        self._non_negative.add(name)
+
+    def is_non_negative(self, name: str) -> bool:
+        """Whether ``name`` is known non-negative: a constant with no negative entry, or marked so when made."""
+        if name in self._non_negative:
+            return True
+        value = self.value(name)
+        return value is not None and value.dtype.kind in "iuf" and not bool((value < 0).any())
 
     def is_new(self, name: str) -> bool:
         """Whether the conversion made ``name``."""

@@ -7,10 +7,10 @@ here registers nothing: ``tests/test_registry.py`` checks every module of the pa
   1, 11, 13);
 * decompositions: :mod:`.hardmax_decomposition` (Hardmax → ArgMax + one-hot), :mod:`.global_max_pool`
   (GlobalMaxPool → ReduceMax);
-* lowerings (ops written with older ops, for targets that lack them): :mod:`.einsum`;
 * backend forms: :mod:`.backend_forms` (``argmax-flip``, ``last-axis``, ``constant-inputs``);
-* lowerings (ops with no function body, for targets that lack them): :mod:`.trilu`, :mod:`.mod`,
-  :mod:`.cumsum`, :mod:`.constant_of_shape`, :mod:`.gather_elements`;
+* lowerings (ops with no function body written with older ops, for targets that lack them): :mod:`.trilu`,
+  :mod:`.mod`, :mod:`.cumsum`, :mod:`.constant_of_shape`, :mod:`.gather_elements`, :mod:`.einsum`,
+  :mod:`.expand_where`, and Resize's in :mod:`.resize`;
 * version-step adapters and documented refusals: :mod:`.attention`, :mod:`.cast`, :mod:`.control_flow`,
   :mod:`.elementwise`, :mod:`.grid_sample`, :mod:`.group_norm`, :mod:`.normalization`, :mod:`.quantization`,
   :mod:`.reduction`, :mod:`.resize`, :mod:`.scan`, :mod:`.scatter`, :mod:`.shape_ops`, :mod:`.tensor_ops`,
@@ -30,6 +30,7 @@ from lowerer.rules import (  # noqa: F401  (imported to register their adapters)
     cumsum,
     einsum,
     elementwise,
+    expand_where,
     gather_elements,
     grid_sample,
     group_norm,

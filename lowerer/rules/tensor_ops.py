@@ -114,7 +114,8 @@ def gather_11_down(em: Emitter, step: Step, direction: str) -> None:
     axis_value = attribute_value(node, "axis")
     axis = 0 if axis_value is None else int(axis_value)  # type: ignore[call-overload]
     if em.constant(indices) is None:
-        node.input[1] = _index_guard(em, node, data, indices, axis)
+        if not em.facts.is_non_negative(indices):  # else non-negative by construction (a lowering's arange)
+            node.input[1] = _index_guard(em, node, data, indices, axis)
         # The indices are guarded: what is left of the step is the rest (the axis, types).
         rest = tuple(c for c in step.changes if not (isinstance(c, NegativeValues) and c.input == 1))
         step = Step(step.op, step.previous, step.version, rest)
