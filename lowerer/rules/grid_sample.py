@@ -174,8 +174,7 @@ def _channels(em: Emitter, x: str) -> str:
     dims = em.dims(x)
     if dims is not None and dims[1] is not None:
         return em.const(np.array([1, dims[1], 1], dtype=np.int64), "channels")
-    c = em.op("Slice", [em.op("Shape", [x]), em.const(np.array([1], dtype=np.int64), "start"),
-                        em.const(np.array([2], dtype=np.int64), "end")])
+    c = _slice(em, em.op("Shape", [x]), 1, 2)
     one = em.const(np.array([1], dtype=np.int64), "one")
     return em.op("Concat", [one, c, one], axis=0)
 
@@ -220,14 +219,26 @@ def _bilinear(b: _Builder, image: str, channels: str, x: str, y: str) -> str:
     return b.op("Add", b.op("Mul", dy2, top), b.op("Mul", dy1, bottom))
 
 
-def _output_shape(em: Emitter, grid: str) -> str:
-    """The Reshape-14 shape [0, 0, H_out, W_out] (N and C copied) of the output."""
+def _slice(em: Emitter, shape: str, start: int, end: int) -> str:
+    """``shape[start:end]``."""
+    return em.op("Slice", [shape, em.const(np.array([start], dtype=np.int64), "start"),
+                           em.const(np.array([end], dtype=np.int64), "end")])
+
+
+def _reshape_out(em: Emitter, sampled: str, x: str, grid: str) -> None:
+    """``sampled`` [N, C, H_out * W_out] reshaped into the node's output [N, C, H_out, W_out].
+
+    With H_out and W_out static and > 0 the shape is the constant [0, 0, H_out, W_out] (N and C
+    copied); else it is read from X's and the grid's shapes, with ``allowzero=1`` so that a 0 in it
+    means an empty dim (the Reshape 14 → 13 adapter keeps that exact below 14).
+    """
     dims = em.dims(grid)
-    if dims is not None and isinstance(dims[1], int) and isinstance(dims[2], int):
-        return em.const(np.array([0, 0, dims[1], dims[2]], dtype=np.int64), "out_shape")
-    spatial = em.op("Slice", [em.op("Shape", [grid]), em.const(np.array([1], dtype=np.int64), "start"),
-                              em.const(np.array([3], dtype=np.int64), "end")])
-    return em.op("Concat", [em.const(np.array([0, 0], dtype=np.int64), "copied"), spatial], axis=0)
+    if dims is not None and isinstance(dims[1], int) and isinstance(dims[2], int) and min(dims[1], dims[2]) > 0:
+        shape = em.const(np.array([0, 0, dims[1], dims[2]], dtype=np.int64), "out_shape")
+        em.op("Reshape", [sampled, shape], list(em.node.output))
+        return
+    shape = em.op("Concat", [_slice(em, em.op("Shape", [x]), 0, 2), _slice(em, em.op("Shape", [grid]), 1, 3)], axis=0)
+    em.op("Reshape", [sampled, shape], list(em.node.output), allowzero=1)
 
 
 @lowering("GridSample", 16, budgeted=True)
@@ -241,4 +252,4 @@ def grid_sample_16(em: Emitter) -> None:
     px = b.sanitize(b.denormalize(b.plane(grid, 0), s.width))
     py = b.sanitize(b.denormalize(b.plane(grid, 1), s.height))
     sampled = (_nearest if s.mode == "nearest" else _bilinear)(b, image, channels, px, py)
-    em.op("Reshape", [sampled, _output_shape(em, grid)], list(em.node.output))
+    _reshape_out(em, sampled, x, grid)
