@@ -7,7 +7,8 @@ here registers nothing: ``tests/test_registry.py`` checks every module of the pa
   1, 11, 13);
 * decompositions: :mod:`.hardmax_decomposition` (Hardmax → ArgMax + one-hot), :mod:`.global_max_pool`
   (GlobalMaxPool → ReduceMax);
-* lowerings (ops written with older ops, for targets that lack them): :mod:`.einsum`;
+* lowerings (ops written with older ops, for targets that lack them): :mod:`.einsum`, :mod:`.grid_sample`
+  (GridSample-16, beside its 16 ↔ 20 adapter);
 * backend forms: :mod:`.backend_forms` (``argmax-flip``, ``last-axis``, ``constant-inputs``);
 * version-step adapters and documented refusals: :mod:`.attention`, :mod:`.cast`, :mod:`.control_flow`,
   :mod:`.elementwise`, :mod:`.grid_sample`, :mod:`.group_norm`, :mod:`.normalization`, :mod:`.quantization`,
