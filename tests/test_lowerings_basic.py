@@ -148,16 +148,16 @@ def test_mod_refuses_floats() -> None:
 
 
 # -- CumSum -----------------------------------------------------------------------------------------
-def _cumsum(elem: int, shape: list[int | str], axis: int, exclusive: int, reverse: int, axis_input: bool = False
-            ) -> onnx.ModelProto:
-    node = helper.make_node("CumSum", ["x", "axis"], ["y"], name="cs", exclusive=exclusive, reverse=reverse)
+def _cumsum(elem: int, shape: list[int | str], axis: int, exclusive: int, reverse: int, axis_input: bool = False,
+            op: str = "CumSum", opset: int = 11) -> onnx.ModelProto:
+    node = helper.make_node(op, ["x", "axis"], ["y"], name="cs", exclusive=exclusive, reverse=reverse)
     ins = [value_info("x", elem, shape)]
     inits = []
     if axis_input:
         ins.append(value_info("axis", T.INT64, []))
     else:
         inits.append(helper.make_tensor("axis", T.INT64, [], [axis]))
-    return make_model([node], ins, [value_info("y", elem, None)], 11, initializers=inits)
+    return make_model([node], ins, [value_info("y", elem, None)], opset, initializers=inits)
 
 
 @pytest.mark.parametrize(("exclusive", "reverse"), [(0, 0), (1, 0), (0, 1), (1, 1)])
@@ -177,6 +177,21 @@ def test_cumsum_types_and_dynamic_dim(elem: int, dtype: type, exclusive: int, re
     model = _cumsum(elem, ["n", 7], 1, exclusive, reverse)
     feeds = [{"x": RNG.integers(-100, 100, size=(n, 7)).astype(dtype)} for n in (1, 3)]
     _lowered(model, 9, feeds, "CumSum")
+
+
+@pytest.mark.parametrize(("exclusive", "reverse"), [(0, 0), (1, 0), (0, 1), (1, 1)])
+@pytest.mark.parametrize(("elem", "dtype"), [(T.FLOAT, np.float32), (T.INT64, np.int64)])
+@pytest.mark.parametrize("target", [25, 13, 9])
+def test_cumprod_is_the_same_chain_with_mul(exclusive: int, reverse: int, elem: int, dtype: type, target: int) -> None:
+    """CumProd-26 (onnxruntime 1.32 has no kernel for it: outputs compared with numpy's cumprod)."""
+    model = _cumsum(elem, [3, 6], 1, exclusive, reverse, op="CumProd", opset=26)
+    x = RNG.integers(-3, 4, size=(3, 6)).astype(dtype)
+    out = lowerer.convert(model, target_opset=target).model
+    assert "CumProd" not in [n.op_type for n in out.graph.node]
+    (got,) = ort_run(out, [{"x": x}])[0]
+    src = x[:, ::-1] if reverse else x
+    want = np.cumprod(np.concatenate([np.ones((3, 1), dtype), src[:, :-1]], axis=1) if exclusive else src, axis=1)
+    np.testing.assert_array_equal(got, want[:, ::-1] if reverse else want)
 
 
 def test_cumsum_refusals() -> None:

@@ -21,6 +21,7 @@ from onnx import TensorProto, helper, numpy_helper
 import lowerer
 from lowerer import remedies
 from lowerer.errors import ConversionError, LowererError
+from lowerer.scopes import has_subgraphs
 
 F, I64 = TensorProto.FLOAT, TensorProto.INT64
 TESTS = Path(__file__).resolve().parent
@@ -138,7 +139,8 @@ def test_node_case_opset_remedies_are_true(node_case_refusals: list[tuple[str, i
     for name, _target, message in node_case_refusals[::10]:
         model = cases[name].model
         found = remedies.REACHED.search(message)
-        if found is None or len(model.graph.node) != 1 or int(found.group(1)) == source_opset(model):
+        if found is None or len(model.graph.node) != 1 or int(found.group(1)) == source_opset(model) \
+                or has_subgraphs(model.graph.node[0]):  # the refusing node may be one inside its body
             continue
         lowerer.convert(model, target_opset=int(found.group(1)), verify=False)
         checked += 1

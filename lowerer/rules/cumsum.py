@@ -1,4 +1,6 @@
-"""Lowering of CumSum-11/14 for targets below opset 11: an unrolled chain of Slice + Add.
+"""Lowerings of CumSum-11/14 (below 11) and CumProd-26 (below 26): an unrolled chain of Slice + Add (Mul).
+
+CumProd is the same chain with Mul and ones for ``exclusive=1``.
 
 onnxruntime's kernel sums slice by slice along the axis: the first output slice is the first
 input slice (``exclusive=1``: zeros), and each next one is the previous output slice plus one
@@ -17,7 +19,7 @@ from lowerer.reference import np_dtype
 from lowerer.steps.emitter import Emitter, attr, normalize_axis
 from lowerer.steps.registry import lowering
 
-__all__ = ["MAX_UNROLLED", "cumsum"]
+__all__ = ["MAX_UNROLLED", "cumprod", "cumsum"]
 
 #: The largest static size along the axis that is unrolled into Slice + Add.
 MAX_UNROLLED = 64
@@ -41,8 +43,8 @@ def _axis_and_size(em: Emitter, x: str) -> tuple[int, int]:
     return axis, size
 
 
-def _zeros_like_slice(em: Emitter, x: str, part: str, axis: int) -> str:
-    """Zeros shaped like one slice ``part`` of ``x`` along ``axis`` (a constant when the shape is static)."""
+def _zeros_like_slice(em: Emitter, x: str, part: str, axis: int, fill: int = 0) -> str:
+    """``fill`` (zeros) shaped like one slice ``part`` of ``x`` along ``axis`` (a constant for a static shape)."""
     elem = em.elem_type(x)
     if elem is None:
         em.refuse(f"the element type of {x!r} is unknown, and the exclusive sum starts from zeros of that type; "
@@ -52,16 +54,26 @@ def _zeros_like_slice(em: Emitter, x: str, part: str, axis: int) -> str:
     if all(d is not None for d in dims):
         shape = [int(d or 0) for d in dims]
         shape[axis] = 1
-        return em.const(np.zeros(shape, dtype), "zeros")
+        return em.const(np.full(shape, fill, dtype), "start")
     if em.target < 8:
         em.refuse(f"{x!r} has a dynamic dim, and the zeros the exclusive sum starts from then need Expand "
                   "(opset >= 8); make the shape static or choose a target opset >= 8")
-    return em.op("Expand", [em.const(np.zeros((), dtype), "zero"), em.op("Shape", [part])])
+    return em.op("Expand", [em.const(np.full((), fill, dtype), "start"), em.op("Shape", [part])])
 
 
 @lowering("CumSum")
 def cumsum(em: Emitter) -> None:
     """CumSum as one Slice per position along the axis and a sequential chain of Adds, then Concat."""
+    _chain(em, "Add", 0)
+
+
+@lowering("CumProd")
+def cumprod(em: Emitter) -> None:
+    """CumProd as one Slice per position along the axis and a sequential chain of Muls, then Concat."""
+    _chain(em, "Mul", 1)
+
+
+def _chain(em: Emitter, combine: str, identity: int) -> None:
     node = em.node
     x = node.input[0]
     axis, size = _axis_and_size(em, x)
@@ -78,9 +90,9 @@ def cumsum(em: Emitter) -> None:
 
     order = list(range(size - 1, -1, -1)) if reverse else list(range(size))
     parts = [piece(i) for i in order]
-    sums = [_zeros_like_slice(em, x, parts[0], axis) if exclusive else parts[0]]
+    sums = [_zeros_like_slice(em, x, parts[0], axis, identity) if exclusive else parts[0]]
     for j in range(1, size):
-        sums.append(em.op("Add", [sums[-1], parts[j - 1] if exclusive else parts[j]]))
+        sums.append(em.op(combine, [sums[-1], parts[j - 1] if exclusive else parts[j]]))
     if reverse:
         sums.reverse()
     if size == 1:
