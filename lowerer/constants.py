@@ -18,7 +18,7 @@ import onnx
 from lowerer.scopes import Scope
 from lowerer.tensor_data import read_array
 
-__all__ = ["MAX_FOLDED_ELEMENTS", "ConstantIndex", "ShapeEntry", "constant_node_value"]
+__all__ = ["MAX_FOLDED_ELEMENTS", "ConstantIndex", "ShapeEntry", "constant_node_value", "node_shape_entries"]
 
 logger = logging.getLogger(__name__)
 
@@ -185,37 +185,8 @@ class ConstantIndex:
         if found is None or depth > 12:
             return None
         home, node = found
-        op = node.op_type
-        if op == "Shape":
-            rank = self._rank_of(home, node.input[0])
-            if rank is None:
-                return None
-            start = next((a.i for a in node.attribute if a.name == "start"), 0)
-            end = next((a.i for a in node.attribute if a.name == "end"), rank)
-            dims: list[ShapeEntry] = [(str(node.input[0]), i) for i in range(rank)]
-            return dims[slice(start, end)]
-        if op in ("Identity", "Cast", "Unsqueeze", "Squeeze", "Reshape"):
-            return self.shape_entries(home, node.input[0], depth + 1)
-        if op == "Concat":
-            parts = [self.shape_entries(home, i, depth + 1) for i in node.input]
-            return None if any(p is None for p in parts) else [e for p in parts for e in p]  # type: ignore[union-attr]
-        if op in ("Gather", "Slice"):
-            data = self.shape_entries(home, node.input[0], depth + 1)
-            if data is None:
-                return None
-            if op == "Gather":
-                idx = self.value(home, node.input[1])
-                if idx is None or any(a.name == "axis" and a.i != 0 for a in node.attribute):
-                    return None
-                return [data[int(i)] for i in idx.reshape(-1)] if all(-len(data) <= i < len(data)
-                                                                     for i in idx.reshape(-1)) else None
-            bounds = [self.value(home, i) if i else None for i in node.input[1:]]
-            if len(bounds) < 2 or bounds[0] is None or bounds[1] is None or \
-                    any(b is not None and (b.size != 1 or (k >= 2 and int(b.reshape(-1)[0]) not in ((0, 1)[k - 2],)))
-                        for k, b in enumerate(bounds)):
-                return None
-            return data[int(bounds[0].reshape(-1)[0]):int(bounds[1].reshape(-1)[0])]
-        return None
+        return node_shape_entries(node, lambda n: self._rank_of(home, n),
+                                  lambda n: self.shape_entries(home, n, depth + 1), lambda n: self.value(home, n))
 
     def _producer(self, scope: Scope, name: str) -> tuple[Scope, onnx.NodeProto] | None:
         s: Scope | None = scope
@@ -231,6 +202,52 @@ class ConstantIndex:
 
 #: One element of a shape built at run time: a constant, or dim ``index`` of the named tensor.
 ShapeEntry = int | tuple[str, int]
+
+
+def node_shape_entries(node: onnx.NodeProto, rank_of: Callable[[str], int | None],
+                       entries_of: Callable[[str], list[ShapeEntry] | None],
+                       value_of: Callable[[str], np.ndarray | None]) -> list[ShapeEntry] | None:
+    """What each element of ``node``'s output is, given its inputs' ranks, entries and constant values.
+
+    Follows Shape (with start/end), Concat, Gather, Slice, Unsqueeze, Squeeze, Reshape, Cast and
+    Identity, the ways exporters (and function bodies) build the shape of a view; None for anything else.
+    """
+    op = node.op_type
+    if op == "Shape":
+        rank = rank_of(node.input[0])
+        if rank is None:
+            return None
+        start = next((a.i for a in node.attribute if a.name == "start"), 0)
+        end = next((a.i for a in node.attribute if a.name == "end"), rank)
+        dims: list[ShapeEntry] = [(str(node.input[0]), i) for i in range(rank)]
+        return dims[slice(start, end)]
+    if op in ("Identity", "Cast", "Unsqueeze", "Squeeze", "Reshape"):
+        return entries_of(node.input[0])
+    if op == "Concat":
+        parts = [entries_of(i) for i in node.input]
+        return None if any(p is None for p in parts) else [e for p in parts for e in p]  # type: ignore[union-attr]
+    if op not in ("Gather", "Slice"):
+        return None
+    data = entries_of(node.input[0])
+    if data is None:
+        return None
+    if op == "Gather":
+        idx = value_of(node.input[1])
+        if idx is None or any(a.name == "axis" and a.i != 0 for a in node.attribute):
+            return None
+        return [data[int(i)] for i in idx.reshape(-1)] if all(-len(data) <= i < len(data)
+                                                             for i in idx.reshape(-1)) else None
+    attrs = {a.name: list(a.ints) for a in node.attribute if a.name in ("starts", "ends", "axes")}
+    if "starts" in attrs and "ends" in attrs:  # Slice-1: the bounds are attributes
+        if attrs.get("axes", [0]) != [0] or len(attrs["starts"]) != 1 or len(attrs["ends"]) != 1:
+            return None
+        return data[attrs["starts"][0]:attrs["ends"][0]]
+    bounds = [value_of(i) if i else None for i in node.input[1:]]
+    if len(bounds) < 2 or bounds[0] is None or bounds[1] is None or \
+            any(b is not None and (b.size != 1 or (k >= 2 and int(b.reshape(-1)[0]) not in ((0, 1)[k - 2],)))
+                for k, b in enumerate(bounds)):
+        return None
+    return data[int(bounds[0].reshape(-1)[0]):int(bounds[1].reshape(-1)[0])]
 
 
 def _fold(node: onnx.NodeProto, inputs: list[np.ndarray | None], opset: int | None, index: int) -> np.ndarray | None:

@@ -15,7 +15,8 @@ import numpy as np
 import onnx
 import onnx.shape_inference
 
-from lowerer.constants import ConstantIndex, ShapeEntry
+from lowerer.constants import ConstantIndex, ShapeEntry, node_shape_entries
+from lowerer.made_shapes import made_symbols
 from lowerer.opsets import since_version
 from lowerer.scopes import Scope
 from lowerer.shapes import ShapeIndex, ValueType, type_string, value_type
@@ -93,19 +94,40 @@ class Facts:
         vt = self.type_of(name, lambda vt: vt[1] is not None and None not in vt[1])
         return None if vt is None or vt[1] is None else list(vt[1])
 
-    def shape_entries(self, name: str) -> list[ShapeEntry] | None:
-        """What each element of the shape value ``name`` is (see :meth:`ConstantIndex.shape_entries`)."""
-        if self.is_new(name):
-            value = self._values.get(name)
-            return [int(v) for v in value.reshape(-1)] if value is not None and value.dtype.kind in "iu" else None
-        return self._constants.shape_entries(self.scope, name)
+    def shape_entries(self, name: str, depth: int = 0) -> list[ShapeEntry] | None:
+        """What each element of the shape value ``name`` is (see :meth:`ConstantIndex.shape_entries`).
 
-    def symbols(self, name: str) -> list[int | str | None] | None:
-        """The dims of ``name``, symbolic ones by name (see :meth:`ShapeIndex.symbols`)."""
-        if self.is_new(name):
-            dims = self.dims(name)
+        Values the conversion made are followed through their producers the same way (a function
+        body's ``Concat(Shape(X)[0:1], [G, -1])``).
+        """
+        if not self.is_new(name):
+            return self._constants.shape_entries(self.scope, name)
+        value = self._values.get(name)
+        if value is not None:
+            return [int(v) for v in value.reshape(-1)] if value.dtype.kind in "iu" and value.ndim <= 1 else None
+        made = self._producers.get(name)
+        if made is None or depth > 12:
+            return None
+        return node_shape_entries(made[0], self.rank, lambda n: self.shape_entries(n, depth + 1), self.value)
+
+    def symbols(self, name: str, depth: int = 0) -> list[int | str | None] | None:
+        """The dims of ``name``, symbolic ones by name (see :meth:`ShapeIndex.symbols`).
+
+        For a value the conversion made, a dynamic dim gets the name of the dim it provably equals:
+        through a Reshape to a shape of known entries, and elementwise ops (see :func:`made_symbols`).
+        """
+        if not self.is_new(name):
+            return self._shapes.symbols(self.scope, name)
+        dims = self.dims(name)
+        made = self._producers.get(name)
+        if dims is None and made is not None and made[0].op_type == "Reshape" and depth <= 12:
+            # onnx's per-node inference gives no rank for a run-time shape; its entries give the rank.
+            entries = self.shape_entries(made[0].input[1], depth + 1) if len(made[0].input) > 1 else None
+            dims = None if entries is None else [e if isinstance(e, int) and e > 0 else None for e in entries]
+        if dims is None or made is None or depth > 12 or None not in dims:
             return None if dims is None else list(dims)
-        return self._shapes.symbols(self.scope, name)
+        return made_symbols(made[0], dims, lambda n: self.symbols(n, depth + 1),
+                            lambda n: self.shape_entries(n, depth + 1))
 
     def value(self, name: str) -> np.ndarray | None:
         """The constant value of ``name`` (None when it is not a constant)."""
