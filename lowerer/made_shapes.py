@@ -44,6 +44,8 @@ def made_symbols(node: onnx.NodeProto, dims: list[int | None], symbols_of: Calla
         named = _broadcast([symbols_of(i) if i else None for i in node.input], len(dims))
     elif node.op_type in REDUCTIONS and node.domain in ("", "ai.onnx"):
         named = _reduced(node, len(dims), symbols_of, entries_of)
+    elif node.op_type in _MOVES and node.domain in ("", "ai.onnx"):
+        named = _MOVES[node.op_type](node, len(dims), symbols_of, entries_of)
     if named is None or len(named) != len(dims):
         return list(dims)
     return [d if d is not None else n for d, n in zip(dims, named, strict=True)]
@@ -92,6 +94,97 @@ def _reduced(node: onnx.NodeProto, rank: int, symbols_of: Callable[[str], Symbol
         else:
             out.append(d)
     return out if len(out) == rank else None
+
+
+def _transposed(node: onnx.NodeProto, rank: int, symbols_of: Callable[[str], Symbols | None],
+                entries_of: Callable[[str], list[ShapeEntry] | None]) -> Symbols | None:
+    data = symbols_of(node.input[0])
+    if data is None:
+        return None
+    perm = next((list(a.ints) for a in node.attribute if a.name == "perm"), list(range(len(data)))[::-1])
+    return [data[p] for p in perm] if sorted(perm) == list(range(len(data))) else None
+
+
+def _expanded(node: onnx.NodeProto, rank: int, symbols_of: Callable[[str], Symbols | None],
+              entries_of: Callable[[str], list[ShapeEntry] | None]) -> Symbols | None:
+    entries = entries_of(node.input[1])
+    if entries is None:
+        return None
+    wanted: Symbols = []
+    for e in entries:
+        theirs = symbols_of(e[0]) if isinstance(e, tuple) else None
+        wanted.append(e if isinstance(e, int) else theirs[e[1]] if theirs is not None and e[1] < len(theirs)
+                      else None)
+    return _broadcast([symbols_of(node.input[0]), wanted], rank)
+
+
+def _unsqueezed(node: onnx.NodeProto, rank: int, symbols_of: Callable[[str], Symbols | None],
+                entries_of: Callable[[str], list[ShapeEntry] | None]) -> Symbols | None:
+    data = symbols_of(node.input[0])
+    found = next((list(a.ints) for a in node.attribute if a.name == "axes"), None)
+    if found is None and len(node.input) > 1:
+        entries = entries_of(node.input[1])
+        found = None if entries is None or not all(isinstance(e, int) for e in entries) else \
+            [e for e in entries if isinstance(e, int)]
+    if data is None or found is None:
+        return None
+    axes = {a + rank if a < 0 else a for a in found}
+    rest = iter(data)
+    return [1 if k in axes else next(rest, None) for k in range(rank)]
+
+
+def _slice_axes(node: onnx.NodeProto, entries_of: Callable[[str], list[ShapeEntry] | None]) -> list[int] | None:
+    """The axes a Slice may change: its ``axes`` (attribute or constant input), else the first len(starts)."""
+    found: list[ShapeEntry] | None = next((list(a.ints) for a in node.attribute if a.name == "axes"), None)
+    if found is None and len(node.input) > 3 and node.input[3]:
+        found = entries_of(node.input[3])
+    elif found is None:
+        starts = next((list(a.ints) for a in node.attribute if a.name == "starts"), None)
+        starts = starts if starts is not None else entries_of(node.input[1]) if len(node.input) > 1 else None
+        found = None if starts is None else list(range(len(starts)))
+    axes = [a for a in found or [] if isinstance(a, int)]
+    return axes if found is not None and len(axes) == len(found) else None
+
+
+def _along_axis(node: onnx.NodeProto, rank: int, symbols_of: Callable[[str], Symbols | None],
+                entries_of: Callable[[str], list[ShapeEntry] | None]) -> Symbols | None:
+    """Concat, Split, Slice: every dim but those the op changes is the (common) input dim."""
+    if node.op_type == "Slice":
+        changed = _slice_axes(node, entries_of)
+        if changed is None:
+            return None
+        sources = [node.input[0]]
+    else:
+        changed = [next((int(a.i) for a in node.attribute if a.name == "axis"), 0)]
+        sources = [i for i in node.input if i] if node.op_type == "Concat" else [node.input[0]]
+    axes = {a + rank if a < 0 else a for a in changed}
+    named = [symbols_of(i) for i in sources]
+    if any(n is None or len(n) != rank for n in named):
+        return None
+    out: Symbols = []
+    for k in range(rank):
+        seen = {n[k] for n in named if n is not None}
+        out.append(None if k in axes or len(seen) != 1 else seen.pop())
+    return out
+
+
+def _gathered(node: onnx.NodeProto, rank: int, symbols_of: Callable[[str], Symbols | None],
+              entries_of: Callable[[str], list[ShapeEntry] | None]) -> Symbols | None:
+    """Gather: the data's dims before and after ``axis`` around the indices' dims."""
+    data, indices = symbols_of(node.input[0]), symbols_of(node.input[1])
+    if data is None or indices is None:
+        return None
+    axis = next((int(a.i) for a in node.attribute if a.name == "axis"), 0)
+    axis = axis + len(data) if axis < 0 else axis
+    return [*data[:axis], *indices, *data[axis + 1:]]
+
+
+#: Data-movement ops whose output dims are the input's, moved.
+_MOVES: dict[str, Callable[[onnx.NodeProto, int, Callable[[str], Symbols | None],
+                            Callable[[str], list[ShapeEntry] | None]], Symbols | None]] = {
+    "Transpose": _transposed, "Expand": _expanded, "Unsqueeze": _unsqueezed, "Concat": _along_axis,
+    "Split": _along_axis, "Slice": _along_axis, "Gather": _gathered,
+}
 
 
 def _broadcast(inputs: list[Symbols | None], rank: int) -> Symbols | None:

@@ -215,6 +215,36 @@ def test_half_pixel_nearest_on_integer_upsampling_goes_below_11(ctm: str, roundi
     refused(model, 10, "maps x to x / scale")  # a non-integer factor: the mappings differ
 
 
+@pytest.mark.parametrize("kind", ["scales", "sizes", "sizes-dynamic", "roi"])
+@pytest.mark.parametrize("target", [17, 13, 11])
+def test_resize_axes_spread_over_every_axis(kind: str, target: int) -> None:
+    """Resize-18's ``axes``: scales 1, sizes the input's dims (read with Shape when dynamic), roi 0..1 elsewhere."""
+    dims: list[int | str] = ["n" if kind == "sizes-dynamic" else 1, 2, 3, 4]
+    inits, names, extra = [], ["x", "", ""], {}
+    if kind in ("scales", "roi"):
+        inits.append(numpy_helper.from_array(np.array([2, 1.5], np.float32), "s"))
+        names = ["x", "", "s"]
+    else:
+        inits.append(numpy_helper.from_array(np.array([6, 8], np.int64), "z"))
+        names = ["x", "", "", "z"]
+    if kind == "roi":
+        inits.append(numpy_helper.from_array(np.array([0.2, 0.1, 0.9, 0.7], np.float32), "r"))
+        names[1] = "r"
+        extra = {"coordinate_transformation_mode": "tf_crop_and_resize"}
+    node = helper.make_node("Resize", names, ["y"], name="rs", mode="linear", axes=[2, -1], **extra)
+    out = [dims[0], 2, 6, 6 if kind in ("scales", "roi") else 8]
+    model = make_model([node], [value_info("x", F, dims)], [value_info("y", F, out)], 19, initializers=inits)
+    converted = convert_exact(model, target, {"x": ties(1 if kind != "sizes-dynamic" else 3, 2, 3, 4)})
+    assert not [a for n in converted.graph.node for a in n.attribute if a.name == "axes"]
+
+
+def test_resize_axes_with_run_time_scales_is_refused() -> None:
+    node = helper.make_node("Resize", ["x", "", "s"], ["y"], name="rs", axes=[2, 3])
+    model = make_model([node], [value_info("x", F, [1, 2, 3, 4]), value_info("s", F, [2])],
+                       [value_info("y", F, None)], 19)
+    refused(model, 13, "scales 's' are not a constant to spread over every axis")
+
+
 @pytest.mark.parametrize("mode", ["nearest", "linear"])
 @pytest.mark.parametrize("target", [9, 8, 7])
 def test_resize_below_10_becomes_upsample(mode: str, target: int) -> None:

@@ -9,6 +9,10 @@
   downsampled), which needs constant scales. Down: exactly those settings, with scales.
   Also down: ``nearest`` with ``half_pixel`` coordinates and round-to-nearest on integer upsampling
   factors picks exactly what asymmetric floor picks (see :func:`_rounds_like_floor`).
+* ``Resize`` 13 ↔ 18: ``axes`` (18) names the axes ``scales``/``sizes`` cover. Down: they are spread
+  over every axis, 1 (scales), the input's own dim (sizes: static, else read with Shape) or the
+  whole axis (roi: 0 to 1) on the others: the same resize. ``antialias`` and
+  ``keep_aspect_ratio_policy`` cross as the generic step.
 * ``Resize`` below 10 (lowering): Resize-10 means what Upsample-9 means (the same inputs and modes),
   so it becomes Upsample, which goes on down (Upsample-7 takes constant scales as an attribute).
 * ``Resize`` 11 ↔ 13: ``roi`` and ``scales`` became optional at 13. Down: an omitted one becomes an
@@ -27,7 +31,7 @@ from lowerer.steps.emitter import Emitter
 from lowerer.steps.generic import attribute_value, remove_attribute, set_attribute
 from lowerer.steps.registry import DOWN, UP, adapter, lowering
 
-__all__ = ["resize_10_11", "resize_10_lowering", "resize_11_10", "resize_13", "upsample_10"]
+__all__ = ["resize_10_11", "resize_10_lowering", "resize_11_10", "resize_13", "resize_18_13", "upsample_10"]
 
 
 @adapter("Upsample", 10, DOWN, UP)
@@ -168,3 +172,61 @@ def resize_10_lowering(em: Emitter) -> None:
     node = em.node
     mode = attribute_value(node, "mode")
     em.op("Upsample", list(node.input), list(node.output), mode=None if mode is None else str(mode))
+
+
+@adapter("Resize", 18, DOWN)
+def resize_18_13(em: Emitter, step: Step, direction: str) -> None:
+    """``axes`` spread: scales 1 and sizes the input's dims on the axes it leaves out; the rest is generic."""
+    node = generic.copy_of(em.node)
+    axes = attribute_value(node, "axes")
+    if isinstance(axes, list):
+        rank = em.require_rank(node.input[0], "to spread the scales or sizes of 'axes' over every axis")
+        picked = [int(a) + rank if int(a) < 0 else int(a) for a in axes]
+        if len(node.input) > 1 and node.input[1]:
+            node.input[1] = _spread_roi(em, node.input[1], picked, rank)
+        if len(node.input) > 2 and node.input[2]:
+            node.input[2] = _spread_scales(em, node.input[2], picked, rank)
+        if len(node.input) > 3 and node.input[3]:
+            node.input[3] = _spread_sizes(em, node.input[0], node.input[3], picked, rank)
+        remove_attribute(node, "axes")
+    generic.cross(em, step, direction, node)
+
+
+def _spread_roi(em: Emitter, roi: str, axes: list[int], rank: int) -> str:
+    """The roi of ``axes`` (starts, then ends) spread over every axis: the whole axis (0 to 1) elsewhere."""
+    value = em.constant(roi)
+    if value is None:
+        em.refuse(f"it resizes only axes {axes}, and its roi {roi!r} is not a constant to spread over every axis")
+    flat = value.reshape(-1)
+    if flat.size == 0:
+        return roi
+    full = np.concatenate([np.zeros(rank), np.ones(rank)]).astype(value.dtype)
+    full[axes] = flat[:len(axes)]
+    full[[rank + a for a in axes]] = flat[len(axes):]
+    return em.const(full, "roi")
+
+
+def _spread_scales(em: Emitter, scales: str, axes: list[int], rank: int) -> str:
+    value = em.constant(scales)
+    if value is None:
+        em.refuse(f"it resizes only axes {axes}, and its scales {scales!r} are not a constant to spread over "
+                  "every axis (Resize-13 has no 'axes')")
+    full = np.ones(rank, dtype=value.dtype)
+    full[axes] = value.reshape(-1)
+    return em.const(full, "scales")
+
+
+def _spread_sizes(em: Emitter, x: str, sizes: str, axes: list[int], rank: int) -> str:
+    value, dims = em.constant(sizes), em.dims(x) or [None] * rank
+    if value is not None and all(dims[k] is not None for k in range(rank) if k not in axes):
+        full = np.array([0 if d is None else d for d in dims], dtype=np.int64)
+        full[axes] = value.reshape(-1)
+        return em.const(full, "sizes")
+    # The input's own dims, read at run time, with the given sizes scattered in at ``axes``.
+    shape = em.op("Shape", [x])
+    order = [k for k in range(rank) if k not in axes] + axes
+    parts = em.op("Concat", [em.op("Gather", [shape, em.const(np.array([k for k in range(rank) if k not in axes],
+                                                                      dtype=np.int64), "kept")], axis=0),
+                             em.op("Cast", [sizes], to=onnx.TensorProto.INT64)], axis=0)
+    inverse = np.argsort(np.array(order)).astype(np.int64)
+    return em.op("Gather", [parts, em.const(inverse, "order")], axis=0)
