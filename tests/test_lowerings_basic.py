@@ -98,8 +98,15 @@ def test_trilu_integers_and_bool_down_to_7(elem: int, dtype: type, target: int) 
     _lowered(_trilu([2, 3, 4], 0, 1, elem), target, [{"x": x.astype(dtype)}], "Trilu")
 
 
+@pytest.mark.parametrize("target", [8, 7])
+def test_trilu_floats_below_9_through_the_where_lowering(target: int) -> None:
+    """A fully static float Trilu below 9: Where on a constant mask, itself lowered to a Gather (exact)."""
+    out = _lowered(_trilu([2, 3, 4], 0, 1), target, [{"x": x} for x in _floats((2, 3, 4))], "Trilu")
+    assert "Where" not in [n.op_type for n in out.graph.node]
+
+
 def test_trilu_refusals() -> None:
-    text = _refused(_trilu([3, 4], 0, None), 8, "tri", "Trilu-14", "opset 8", "no Where", "inf and NaN")
+    text = _refused(_trilu(["b", 3, 4], 0, None), 8, "tri", "Trilu-14", "opset 8", "no Where", "inf and NaN")
     assert "choose a target opset >= 9" in text
     _refused(_trilu(["b", 4, "n"], 1, None), 10, "Trilu-14", "not static", "Range (opset >= 11)")
 

@@ -6,7 +6,8 @@ selection, exact for every value (inf and NaN included; a multiplication by a 0/
 turn ``inf * 0`` into NaN). With static last two dims and a constant (or absent) ``k`` the mask
 is a constant; otherwise it is computed from ``Range`` (opset >= 11). Where exists from opset 9;
 below 9 integer and bool inputs use ``Mul``/``And`` with a constant mask (exact: no value is
-rounded), floats are refused. Bool inputs use ``And`` with the mask at every opset.
+rounded), floats of a fully static shape a Where that is lowered in turn, other floats are
+refused. Bool inputs use ``And`` with the mask at every opset.
 """
 
 from __future__ import annotations
@@ -87,10 +88,19 @@ def trilu(em: Emitter) -> None:
 
 def _below_where(em: Emitter, x: str, dtype: np.dtype, static: bool, rows: int | None, cols: int | None,
                  k: int | None, upper: bool) -> None:
-    """Below opset 9 (no Where): a constant mask applied by Mul (integers) or And (bool)."""
+    """Below opset 9 (no Where): a constant mask applied by Mul (integers) or And (bool).
+
+    Floats of a fully static shape go through Where, which is lowered in turn (a Gather from both sides:
+    exact for inf and NaN).
+    """
+    dims = em.dims(x)
+    if dtype.kind not in "iub" and static and dims is not None and None not in dims:
+        mask = _constant_mask(int(rows or 0), int(cols or 0), int(k or 0), upper)
+        em.op("Where", [em.const(mask, "mask"), x, em.const(np.zeros((), dtype), "zero")], list(em.node.output))
+        return
     if dtype.kind not in "iub":
-        em.refuse(f"{x!r} is {dtype} and below opset 9 there is no Where; multiplying by a 0/1 mask is not exact "
-                  "for inf and NaN; choose a target opset >= 9")
+        em.refuse(f"{x!r} is {dtype} and below opset 9 there is no Where (its Gather form needs every dim static); "
+                  "multiplying by a 0/1 mask is not exact for inf and NaN; choose a target opset >= 9")
     if not static:
         em.refuse(f"the last two dims of {x!r} are not static or k is not a constant, which the mask below opset 9 "
                   "needs; make the shapes static or choose a target opset >= 11")
