@@ -90,7 +90,19 @@ class Facts:
         return None if vt is None or vt[1] is None else len(vt[1])
 
     def dims(self, name: str) -> list[int | None] | None:
-        """The dims of ``name`` (None for a dynamic dim), or None when the rank is unknown."""
+        """The dims of ``name`` (None for a dynamic dim), or None when the rank is unknown.
+
+        For a value the conversion made, static dims onnx's per-node inference cannot see (a Reshape
+        to a shape built from static dims at run time) come from :meth:`symbols`.
+        """
+        dims = self._inferred_dims(name)
+        if (dims is None or None in dims) and name in self._producers:
+            named = self.symbols(name)
+            if named is not None and (dims is None or len(named) == len(dims)):
+                return [d if isinstance(d, int) else None for d in named]
+        return dims
+
+    def _inferred_dims(self, name: str) -> list[int | None] | None:
         vt = self.type_of(name, lambda vt: vt[1] is not None and None not in vt[1])
         return None if vt is None or vt[1] is None else list(vt[1])
 
@@ -118,7 +130,7 @@ class Facts:
         """
         if not self.is_new(name):
             return self._shapes.symbols(self.scope, name)
-        dims = self.dims(name)
+        dims = self._inferred_dims(name)
         made = self._producers.get(name)
         if dims is None and made is not None and made[0].op_type == "Reshape" and depth <= 12:
             # onnx's per-node inference gives no rank for a run-time shape; its entries give the rank.
