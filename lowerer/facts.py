@@ -18,7 +18,7 @@ import onnx.shape_inference
 from lowerer.constants import ConstantIndex, ShapeEntry, node_shape_entries
 from lowerer.made_shapes import made_symbols
 from lowerer.opsets import since_version
-from lowerer.scopes import Scope
+from lowerer.scopes import Scope, has_subgraphs
 from lowerer.shapes import ShapeIndex, ValueType, type_string, value_type
 
 __all__ = ["Facts"]
@@ -52,6 +52,10 @@ class Facts:
         for o in node.output:
             if o:
                 self._producers[o] = (node, opset)
+
+    def add_type(self, name: str, value_type: ValueType) -> None:
+        """Record the type of a value the conversion made known (a body input a call site types)."""
+        self._types[name] = value_type
 
     def mark_non_negative(self, name: str) -> None:
         """Record that the conversion made ``name`` non-negative by construction (an index ``arange + k * n``)."""
@@ -174,6 +178,15 @@ class Facts:
         return self._used(name)
 
     def _infer(self, name: str, node: onnx.NodeProto, opset: int) -> ValueType | None:
+        found = self._infer_node(name, node, opset)
+        if found is None and has_subgraphs(node):
+            inner = _body_output(node, name)
+            elem = None if inner is None else inner.type.tensor_type.elem_type or self.elem_type(inner.name)
+            if elem:
+                found = self._types[name] = (elem, None)
+        return found
+
+    def _infer_node(self, name: str, node: onnx.NodeProto, opset: int) -> ValueType | None:
         inputs: dict[str, onnx.TypeProto] = {}
         for i in node.input:
             if not i or i in inputs:
@@ -204,3 +217,22 @@ class Facts:
             elif (spelled := type_string(tp)) is not None:
                 self._spelled[o] = spelled
         return self._types.get(name)
+
+
+def _body_output(node: onnx.NodeProto, name: str) -> onnx.ValueInfoProto | None:
+    """The body output an If, Loop or Scan output ``name`` comes from (its element type is the output's).
+
+    If: the then-branch's output at the same place. Loop: body outputs after the condition (carried
+    values, then scan outputs). Scan: the body's outputs in order. Per-node inference cannot look into
+    a body without its outer values; the body's stated (or inferred) element type is the output's.
+    """
+    index = list(node.output).index(name)
+    graphs = {a.name: a.g for a in node.attribute if a.type == onnx.AttributeProto.GRAPH}
+    body = graphs.get("then_branch" if node.op_type == "If" else "body")
+    if body is None or node.domain not in ("", "ai.onnx"):
+        return None
+    outputs = list(body.output)[1:] if node.op_type == "Loop" else list(body.output)
+    if index >= len(outputs):
+        return None
+    stated = outputs[index].type
+    return outputs[index] if stated.HasField("tensor_type") or not stated.ByteSize() else None

@@ -199,6 +199,7 @@ def fold(nodes: list[onnx.NodeProto], em: Emitter, opset: int, keep: set[str]) -
     kept: list[onnx.NodeProto] = []
     while pending:
         node = pending.pop()
+        _type_body_inputs(node, em)  # the nodes before it are known by now
         inlined = _taken_branch(state, node)
         if inlined is not None:
             pending.extend(reversed(inlined))
@@ -221,7 +222,34 @@ def fold(nodes: list[onnx.NodeProto], em: Emitter, opset: int, keep: set[str]) -
         for name, value in zip(node.output, out, strict=False):
             if name:
                 state.values[name] = value
+                # Known at once: the nodes after it see its type and value (a Reshape to it has a rank).
+                em.facts.add_constant(name, value, helper.np_dtype_to_tensor_dtype(value.dtype))
     return _without_identities(_materialize(state, live(kept, keep), keep), keep)
+
+
+def _type_body_inputs(node: onnx.NodeProto, em: Emitter) -> None:
+    """Give a Scan or Loop body's untyped inputs the element types the call passes them (onnx's bodies state none).
+
+    Scan: state inputs take the initial states' types, scan inputs their sequences' element types.
+    Loop: the iteration count is int64, the condition bool, carried values the initial values' types.
+    """
+    if node.op_type not in ("Scan", "Loop") or node.domain not in ("", "ai.onnx"):
+        return
+    body = next((a.g for a in node.attribute if a.name == "body"), None)
+    if body is None:
+        return
+    if node.op_type == "Scan":
+        sources: list[str | int] = list(node.input)
+    else:
+        sources = [onnx.TensorProto.INT64, onnx.TensorProto.BOOL, *list(node.input[2:])]
+    for formal, source in zip(body.input, sources, strict=False):
+        tensor = formal.type.tensor_type
+        if formal.type.HasField("sequence_type") or formal.type.HasField("optional_type") or tensor.elem_type:
+            continue
+        elem = source if isinstance(source, int) else em.facts.elem_type(source) if source else None
+        if elem:
+            tensor.elem_type = elem
+            em.facts.add_type(formal.name, (elem, None))
 
 
 def _materialize(state: _State, kept: list[onnx.NodeProto], keep: set[str]) -> list[onnx.NodeProto]:
