@@ -362,3 +362,19 @@ def test_group_norm_up_repeats_per_channel(constant: bool, target: int) -> None:
 
 def test_group_norm_up_refuses_dynamic_channels() -> None:
     refused(group_norm(True, channels="c"), 21, "channel count C .* is not static")
+
+
+# -- Equal 11 -> 7 on floats ---------------------------------------------------------------------------------
+
+@pytest.mark.parametrize(("elem", "dtype"), [(F, np.float32), (TensorProto.DOUBLE, np.float64),
+                                             (TensorProto.FLOAT16, np.float16)])
+@pytest.mark.parametrize("target", [10, 9, 7])
+def test_equal_on_floats_below_11(elem: int, dtype: type, target: int) -> None:
+    """Neither less nor greater, and no NaN: ±0 equal, NaN never, ±inf equal to themselves."""
+    node = helper.make_node("Equal", ["a", "b"], ["y"], name="eq")
+    model = make_model([node], [value_info("a", elem, [9]), value_info("b", elem, [1])],
+                       [value_info("y", TensorProto.BOOL, [9])], 13)
+    a = np.array([0, -0.0, np.nan, np.inf, -np.inf, 1, 2, -2, 3], dtype)
+    for b in (0.0, -0.0, np.nan, np.inf, -np.inf, 2.0):
+        out = convert_exact(model, target, {"a": a, "b": np.array([b], dtype)})
+    assert "Equal" not in ops(out)

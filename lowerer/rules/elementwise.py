@@ -4,6 +4,10 @@
   ``axis`` of the first's; numpy broadcasting aligns them at the end. When ``axis`` is not
   ``rank(A) - rank(B)``, ``B`` gets trailing size-1 dims (``Unsqueeze``) first. Without
   ``broadcast=1`` the shapes were equal, which numpy broadcasting keeps.
+* ``Equal`` 11 → 7 on floats (Equal-7 takes bool and integers only): ``a == b`` is "neither
+  ``a < b`` nor ``a > b``, and neither is NaN", where "x is not NaN" is ``x < inf or x > -inf``
+  (true for every number and both infinities, false for NaN): Less, Greater, Or, And and Not
+  give exactly Equal's answer, ±0 and NaN included.
 * ``Gemm`` 11 → 9: C became optional at 11; Gemm-9 gets C = -0.0 (or +0.0 when ``beta`` < 0), so
   that ``beta * C`` is -0.0 and adding it changes no value, the sign of a zero included (0 for
   integer types).
@@ -113,3 +117,25 @@ def max_min_12_8(em: Emitter, step: Step, direction: str) -> None:
     for k, other in enumerate(inputs[1:], start=1):
         chosen = em.op(compare, [acc, other])
         acc = em.op("Where", [chosen, acc, other], [output] if k == len(inputs) - 1 else None)
+
+
+_FLOATS = {1, 10, 11}  # float, float16, double: what Less/Greater-7 take
+
+
+@adapter("Equal", 11, DOWN)
+def equal_11_7(em: Emitter, step: Step, direction: str) -> None:
+    """Equal on floats (new at 11) from Less, Greater and a NaN test; other types cross as the generic step."""
+    a, b = em.node.input
+    elem = em.elem_type(a)
+    if elem not in _FLOATS:
+        generic.cross(em, step, direction)
+        return
+    dtype = np_dtype(elem)
+    inf, minus_inf = em.const(np.array(np.inf, dtype), "inf"), em.const(np.array(-np.inf, dtype), "minus_inf")
+
+    def is_number(x: str) -> str:
+        return em.op("Or", [em.op("Less", [x, inf]), em.op("Greater", [x, minus_inf])])
+
+    ordered = em.op("Or", [em.op("Less", [a, b]), em.op("Greater", [a, b])])
+    numbers = em.op("And", [is_number(a), is_number(b)])
+    em.op("And", [em.op("Not", [ordered]), numbers], list(em.node.output))

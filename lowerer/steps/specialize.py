@@ -10,9 +10,12 @@ attribute values and constant inputs are known; :func:`fold` evaluates what they
   and its static entries are known, so ``Size`` of it, ``Gather`` / ``Slice`` of its static entries
   and ``Concat`` of such pieces fold;
 * a node whose inputs are all constants folds when its op is in :data:`FOLDED` (integer and boolean
-  arithmetic, comparisons, data movement, casts) and the result is small: only exact operations are
-  evaluated, never float arithmetic, so the body computes bit for bit what it computed before;
-* an ``If`` whose condition folded is replaced by the branch it takes (the other is dead code).
+  arithmetic, comparisons, data movement, casts, Neg/Abs/Sign/Max/Min) and the result is small:
+  only exact operations are evaluated, never rounding float arithmetic, so the body computes bit
+  for bit what it computed before;
+* an ``If`` whose condition folded is replaced by the branch it takes (the other is dead code);
+* a ``CastLike`` whose second input's element type is known becomes a ``Cast`` to it, and a
+  ``Cast`` to its input's own type goes.
 
 :func:`flatten_free_layer_norm` specializes LayerNormalization's body further: with the input's rank
 known it reduces over the normalized axes in place instead of flattening the input to 2-D and
@@ -46,9 +49,9 @@ FOLDED = frozenset({
     "LessOrEqual", "GreaterOrEqual", "Not", "And", "Or", "Xor", "Add", "Sub", "Mul", "Div", "Neg", "Abs", "Max",
     "Min", "ReduceProd", "ReduceSum", "ReduceMax", "ReduceMin", "Mod", "Sign", "Transpose",
 })
-#: Of :data:`FOLDED`, the ops folded only when every input and output is an integer or boolean tensor.
-_INTEGER_ONLY = frozenset({"Add", "Sub", "Mul", "Div", "Neg", "Abs", "Max", "Min", "ReduceProd", "ReduceSum",
-                           "Mod", "Sign", "Range"})
+#: Of :data:`FOLDED`, the ops folded only when every input and output is an integer or boolean tensor (the
+#: others are exact on floats too: data movement, casts, comparisons, Neg, Abs, Sign, Max, Min).
+_INTEGER_ONLY = frozenset({"Add", "Sub", "Mul", "Div", "ReduceProd", "ReduceSum", "Mod", "Range"})
 #: The largest constant a fold makes (elements).
 _MAX_ELEMENTS = 4096
 #: The largest integer constant input of the call a fold reads (weights stay inputs: never copied).
@@ -204,6 +207,11 @@ def fold(nodes: list[onnx.NodeProto], em: Emitter, opset: int, keep: set[str]) -
         if inlined is not None:
             pending.extend(reversed(inlined))
             continue
+        if node.op_type == "CastLike" and node.domain in ("", "ai.onnx") and em.facts.elem_type(node.input[1]):
+            # Only the second input's element type matters, and the call site knows it: a Cast.
+            node = helper.make_node("Cast", [node.input[0]], [node.output[0]], name=node.name,
+                                    to=em.facts.elem_type(node.input[1]),
+                                    **{a.name: a.i for a in node.attribute if a.name == "saturate"})
         if node.op_type == "Cast" and node.domain in ("", "ai.onnx") and state.value(node.input[0]) is None \
                 and em.facts.elem_type(node.input[0]) == next((a.i for a in node.attribute if a.name == "to"), -1):
             node = helper.make_node("Identity", [node.input[0]], [node.output[0]], name=node.name)  # a no-op Cast
