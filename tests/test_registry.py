@@ -76,6 +76,22 @@ def test_explain_of_owned_ops_says_what_happens() -> None:
     assert "else expansion" in REGISTRY.explain("GroupNormalization", 21, 18)[0]
 
 
+def test_every_lowering_is_keyed_by_a_real_version_and_explained() -> None:
+    """A lowering entry is keyed (op, since-version) of onnx.defs; explain() and resolve() name it."""
+    lowerings = [e for e in REGISTRY.entries() if e.kind == "lowering"]
+    assert {e.op for e in lowerings} >= {"Trilu", "Mod", "CumSum", "CumProd", "ConstantOfShape", "GatherElements",
+                                         "Einsum", "GridSample", "Resize", "Expand", "Where"}
+    for entry in lowerings:
+        assert isinstance(entry.key, tuple) and entry.key[0] in history(entry.op), entry
+        assert entry.name == f"{entry.op.lower()}_{entry.key[0]}_lowering"
+    assert REGISTRY.explain("Trilu", 14, 11) == ["Trilu [lowering trilu_14_lowering: no Trilu at opset 11]"]
+    resize = REGISTRY.explain("Resize", 19, 9)  # stepped down to Resize-10 first, then lowered to Upsample
+    assert resize[-1] == "Resize [lowering resize_10_lowering: no Resize at opset 9]" and len(resize) == 5
+    assert "else lowering gridsample_16_lowering" not in REGISTRY.explain("GridSample", 22, 17)[0]
+    budgeted = {e.op for e in lowerings if e.budgeted}
+    assert budgeted == {"Einsum", "GridSample"}, budgeted
+
+
 def _cases() -> list[Any]:
     cases = load_cases("^test_(reduce_sum|reduce_max|argmax|hardmax|softmax_axis|split|resize_upsample|"
                        "layer_normalization_2d|group_normalization|gelu|shape|unsqueeze|slice|pad|clip|onehot|"
