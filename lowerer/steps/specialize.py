@@ -34,6 +34,7 @@ import onnx
 from onnx import helper, numpy_helper
 
 from lowerer import reference
+from lowerer.opsets import since_version
 from lowerer.scopes import has_subgraphs, node_graphs
 from lowerer.steps.emitter import Emitter
 
@@ -202,7 +203,7 @@ def fold(nodes: list[onnx.NodeProto], em: Emitter, opset: int, keep: set[str]) -
     kept: list[onnx.NodeProto] = []
     while pending:
         node = pending.pop()
-        _type_body_inputs(node, em)  # the nodes before it are known by now
+        _type_body_inputs(node, em, opset)  # the nodes before it are known by now
         inlined = _taken_branch(state, node)
         if inlined is not None:
             pending.extend(reversed(inlined))
@@ -235,7 +236,7 @@ def fold(nodes: list[onnx.NodeProto], em: Emitter, opset: int, keep: set[str]) -
     return _without_identities(_materialize(state, live(kept, keep), keep), keep)
 
 
-def _type_body_inputs(node: onnx.NodeProto, em: Emitter) -> None:
+def _type_body_inputs(node: onnx.NodeProto, em: Emitter, opset: int) -> None:
     """Give a Scan or Loop body's untyped inputs the element types the call passes them (onnx's bodies state none).
 
     Scan: state inputs take the initial states' types, scan inputs their sequences' element types.
@@ -246,8 +247,8 @@ def _type_body_inputs(node: onnx.NodeProto, em: Emitter) -> None:
     body = next((a.g for a in node.attribute if a.name == "body"), None)
     if body is None:
         return
-    if node.op_type == "Scan":
-        sources: list[str | int] = list(node.input)
+    if node.op_type == "Scan":  # Scan-8 has sequence_lens first, which its body does not take
+        sources: list[str | int] = list(node.input)[1:] if since_version("Scan", opset) == 8 else list(node.input)
     else:
         sources = [onnx.TensorProto.INT64, onnx.TensorProto.BOOL, *list(node.input[2:])]
     for formal, source in zip(body.input, sources, strict=False):
