@@ -3,7 +3,8 @@
 With static shapes of ``data`` and ``indices``, output element ``p`` (a position in ``indices``)
 is ``data.flat[base[p] + idx[p] * stride[axis]]``, where ``base`` is the constant flat offset of
 ``p``'s coordinates on every axis but ``axis``. Negative indices are counted from the back
-(``idx + size`` where ``idx < 0``), in the graph or, for constant indices, in advance. It only
+(``idx + size`` where ``idx < 0``), in the graph (below opset 9, with no integer Less, by
+integer division: ``(idx + size) mod size``) or, for constant indices, in advance. It only
 moves values: exact for every type. Indices out of range are an error for the kernel and
 undefined here (they select some other element or fail), as they are invalid input.
 """
@@ -32,9 +33,15 @@ def _nonnegative(em: Emitter, indices: str, size: int) -> str:
     """``indices`` as int64 with negative entries counted from the back (``+ size``)."""
     if em.elem_type(indices) != TensorProto.INT64:
         indices = em.op("Cast", [indices], to=TensorProto.INT64)
+    dim = em.const(np.array(size, np.int64), "size")
+    if em.target < 9:
+        # No integer Less before 9: (idx + size) - size * ((idx + size) / size), with Div's truncation
+        # toward zero on a non-negative dividend, is idx + size for a negative idx and idx otherwise.
+        shifted = em.op("Add", [indices, dim])
+        return em.op("Sub", [shifted, em.op("Mul", [dim, em.op("Div", [shifted, dim])])])
     zero = em.const(np.array(0, np.int64), "zero")
     negative = em.op("Cast", [em.op("Less", [indices, zero])], to=TensorProto.INT64)
-    return em.op("Add", [indices, em.op("Mul", [negative, em.const(np.array(size, np.int64), "size")])])
+    return em.op("Add", [indices, em.op("Mul", [negative, dim])])
 
 
 @lowering("GatherElements")
@@ -56,11 +63,9 @@ def gather_elements(em: Emitter) -> None:
         idx = np.asarray(value).astype(np.int64)
         flat = em.const(base + np.where(idx < 0, idx + ddims[axis], idx) * strides[axis], "flat_indices")
     else:
-        if em.target < 9:
-            em.refuse(f"the indices {indices!r} are not a constant, and counting negative ones from the back at run "
-                      "time needs an integer Less and Where (opset >= 9); the lowest opset for this node is 9")
         scaled = em.op("Mul", [_nonnegative(em, indices, ddims[axis]), em.const(np.array(strides[axis], np.int64),
                                                                                   "stride")])
         flat = em.op("Add", [scaled, em.const(base, "base")])
+        em.facts.mark_non_negative(flat)  # every valid index counted from the front: Gather-1 reads it as is
     flat_data = em.op("Reshape", [data, em.const(np.array([-1], np.int64), "flat")])
     em.op("Gather", [flat_data, flat], list(node.output), axis=0)
