@@ -378,3 +378,31 @@ def test_equal_on_floats_below_11(elem: int, dtype: type, target: int) -> None:
     for b in (0.0, -0.0, np.nan, np.inf, -np.inf, 2.0):
         out = convert_exact(model, target, {"a": a, "b": np.array([b], dtype)})
     assert "Equal" not in ops(out)
+
+
+# -- Slice steps below 10 --------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize(("starts", "ends", "axes", "steps"), [
+    ([0, 0], [5, 6], [1, 2], [2, 2]),  # YOLOv5's Focus: x[..., ::2, ::2]
+    ([0, 1], [2, 10], [0, 2], [1, 2]), ([-1], [-100], [2], [-2]), ([4, 0], [0, 6], [1, -1], [-1, 3]),
+    ([1], [2**62], [-1], [4])])
+@pytest.mark.parametrize("target", [9, 7])
+def test_slice_steps_below_10_become_gathers(starts: list[int], ends: list[int], axes: list[int], steps: list[int],
+                                             target: int) -> None:
+    """A step other than 1: Gather of the constant indices Slice-10 would take (Python's slice clamps alike)."""
+    inits = [numpy_helper.from_array(np.array(v, np.int64), n)
+             for v, n in ((starts, "s"), (ends, "e"), (axes, "a"), (steps, "t"))]
+    node = helper.make_node("Slice", ["x", "s", "e", "a", "t"], ["y"], name="sl")
+    model = make_model([node], [value_info("x", F, ["n", 5, 6])], [value_info("y", F, ["o0", "o1", "o2"])], 13,
+                       initializers=inits)
+    out = convert_exact(model, target, {"x": ties(2, 5, 6)})
+    assert "Gather" in ops(out)
+
+
+def test_slice_steps_on_a_dynamic_axis_are_refused() -> None:
+    inits = [numpy_helper.from_array(np.array(v, np.int64), n) for v, n in (([0], "s"), ([9], "e"), ([0], "a"),
+                                                                            ([2], "t"))]
+    node = helper.make_node("Slice", ["x", "s", "e", "a", "t"], ["y"], name="sl")
+    model = make_model([node], [value_info("x", F, ["n", 5])], [value_info("y", F, ["o0", 5])], 13,
+                       initializers=inits)
+    refused(model, 9, "taking axis 0 in steps of 2 with Gather needs its size")

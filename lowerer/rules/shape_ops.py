@@ -200,10 +200,45 @@ def slice_10_1(em: Emitter, step: Step, direction: str) -> None:
     node = generic.copy_of(em.node)
     if len(node.input) > 4 and node.input[4]:
         steps = em.constant(node.input[4])
-        if steps is None or not np.all(steps == 1):
-            em.refuse(f"Slice-1 has no steps, and input 'steps' ({node.input[4]!r}) is not constant ones")
+        if steps is not None and not np.all(steps == 1):
+            _stepped_slice(em, step, direction, node, steps.reshape(-1))
+            return
+        if steps is None:
+            em.refuse(f"Slice-1 has no steps, and input 'steps' ({node.input[4]!r}) is not a constant")
         generic.drop_input(node, 4)
     generic.cross(em, step, direction, node, handled=(InputAdded,))
+
+
+def _stepped_slice(em: Emitter, step: Step, direction: str, node: onnx.NodeProto, steps: np.ndarray) -> None:
+    """Steps other than 1 (``x[:, ::2]``): Slice-1 on the other axes, then Gathers of constant indices.
+
+    One Gather per stepped axis, of the indices Python's ``slice.indices`` gives (it clamps as Slice-10
+    does). Needs constant starts, ends and axes, and static dims on the stepped axes.
+    """
+    starts, ends = em.constant(node.input[1]), em.constant(node.input[2])
+    has_axes = len(node.input) > 3 and bool(node.input[3])
+    axes = em.constant(node.input[3]) if has_axes else None if starts is None else np.arange(starts.size)
+    dims = em.dims(node.input[0])
+    if starts is None or ends is None or axes is None or dims is None:
+        em.refuse("Slice-1 has no steps; taking every n-th element with Gather needs constant starts, ends and axes "
+                  "and the input's rank")
+    picked = [int(a) + len(dims) if int(a) < 0 else int(a) for a in axes.reshape(-1)]
+    bounds = list(zip(picked, starts.reshape(-1).tolist(), ends.reshape(-1).tolist(), steps.tolist(), strict=True))
+    plain = [b for b in bounds if b[3] == 1]
+    x, output = node.input[0], node.output[0]
+    if plain:
+        sliced = generic.copy_of(node)
+        sliced.input[:] = [x, *(em.const(np.array([b[i] for b in plain], np.int64), n)
+                                for i, n in ((1, "starts"), (2, "ends"), (0, "axes")))]
+        x = sliced.output[0] = em.fresh(f"{output}_sliced")
+        generic.cross(em, step, direction, sliced, handled=(InputAdded,))
+    stepped = [b for b in bounds if b[3] != 1]
+    for k, (axis, start, end, by) in enumerate(stepped):
+        if dims[axis] is None:
+            em.refuse(f"Slice-1 has no steps, and taking axis {axis} in steps of {by} with Gather needs its "
+                      "size, which is not static")
+        index = np.arange(*slice(start, end, by).indices(int(dims[axis] or 0)), dtype=np.int64)
+        x = em.op("Gather", [x, em.const(index, "every")], [output] if k == len(stepped) - 1 else None, axis=axis)
 
 
 @adapter("Pad", 18, DOWN)
