@@ -45,11 +45,7 @@ def _axis_and_size(em: Emitter, x: str) -> tuple[int, int]:
 
 def _zeros_like_slice(em: Emitter, x: str, part: str, axis: int, fill: int = 0) -> str:
     """``fill`` (zeros) shaped like one slice ``part`` of ``x`` along ``axis`` (a constant for a static shape)."""
-    elem = em.elem_type(x)
-    if elem is None:
-        em.refuse(f"the element type of {x!r} is unknown, and the exclusive sum starts from zeros of that type; "
-                  "add type information for it")
-    dtype = np_dtype(elem)
+    dtype = np_dtype(em.require_elem_type(x, "the exclusive sum starts from zeros of that type"))
     dims = em.dims(x) or []
     if all(d is not None for d in dims):
         shape = [int(d or 0) for d in dims]

@@ -42,10 +42,7 @@ def mod(em: Emitter) -> None:
     node = em.node
     a, b = node.input[0], node.input[1]
     fmod = attr(node, "fmod", 0)
-    elem = em.elem_type(a)
-    if elem is None:
-        em.refuse(f"the element type of {a!r} is unknown, and Mod is lowered exactly for integers only; "
-                  "add type information for it")
+    elem = em.require_elem_type(a, "Mod is lowered exactly for integers only")
     dtype = np_dtype(elem)
     if dtype.kind not in "iu":
         em.refuse(f"{a!r} is {dtype}: a float remainder written with Div/Mul/Sub rounds where Mod's fmod does not "

@@ -64,11 +64,7 @@ def trilu(em: Emitter) -> None:
     x = node.input[0]
     upper = bool(attr(node, "upper", 1))
     rank = em.require_rank(x, "(Trilu masks the last two axes)")
-    elem = em.elem_type(x)
-    if elem is None:
-        em.refuse(f"the element type of {x!r} is unknown and the zero Trilu writes is of that type; "
-                  "add type information for it")
-    dtype = np_dtype(elem)
+    dtype = np_dtype(em.require_elem_type(x, "the zero Trilu writes is of that type"))
     dims = em.dims(x) or []
     rows, cols = (dims[-2], dims[-1]) if len(dims) >= 2 else (None, None)
     k = _k_value(em)

@@ -116,6 +116,13 @@ class Emitter:
                         "add shape information (value_info) for it")
         return r
 
+    def require_elem_type(self, name: str, why: str) -> int:
+        """The element type of ``name``, or a refusal saying ``why`` it is needed."""
+        elem = self.elem_type(name)
+        if elem is None:
+            self.refuse(f"the element type of {name!r} is unknown, and {why}; add type information for it")
+        return elem
+
     def refuse_bfloat16(self, name: str) -> None:
         """Refuse when ``name`` is (or may be) bfloat16: nothing takes bfloat16 below opset 13."""
         elem = self.elem_type(name)
