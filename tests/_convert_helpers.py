@@ -306,3 +306,15 @@ def hidden_rank_model(node: onnx.NodeProto, opset: int, elem: int = TensorProto.
     return make_model(nodes, [value_info("x", elem, [2, 3, 4]), value_info("s", TensorProto.INT64, ["k"])],
                       [value_info("yf", out_elem if out_elem is not None else elem, [1, "n"])], opset,
                       extra_opsets=extra_opsets)
+
+
+def float_mod_model(opset: int) -> onnx.ModelProto:
+    """One float Mod (fmod=1), node 'tri', the refusal tests' model.
+
+    Below Mod-10 it has no exact form (its lowering takes integers only), so any target below 10 is refused.
+    """
+    graph = helper.make_graph(
+        [helper.make_node("Mod", ["x", "x"], ["y"], name="tri", fmod=1)], "g",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [3, 3])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [3, 3])])
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)], ir_version=8)

@@ -9,6 +9,7 @@ import numpy as np
 import onnx
 import onnx_ir as ir
 import pytest
+from _convert_helpers import float_mod_model
 from click.testing import CliRunner
 from onnx import TensorProto, helper
 
@@ -27,14 +28,6 @@ def _hardmax_model(opset: int = 11) -> onnx.ModelProto:
     return helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)], ir_version=8)
 
 
-def _float_mod_model() -> onnx.ModelProto:
-    """A float Mod (fmod=1): below Mod-10 it has no exact form (its lowering takes integers only), so 9 is refused."""
-    graph = helper.make_graph(
-        [helper.make_node("Mod", ["x", "x"], ["y"], name="tri", fmod=1)], "g",
-        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [3, 3])],
-        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [3, 3])])
-    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 14)], ir_version=8)
-
 
 # -- LowerPass: every option, in a PassManager; a refusal shows lowerer's line ------------------------------
 
@@ -51,11 +44,11 @@ def test_lower_pass_takes_convert_options_in_a_pass_manager() -> None:
 
 def test_a_refusal_in_a_pass_manager_carries_lowerers_line() -> None:
     with pytest.raises(lowerer.ConversionError) as direct:
-        lowerer.convert(_float_mod_model(), target_opset=9, verify=False)
+        lowerer.convert(float_mod_model(14), target_opset=9, verify=False)
     line = str(direct.value)
     lower = lowerer.LowerPass(target_opset=9, verify=False)
     with pytest.raises(ir.passes.PassError) as info:
-        ir.passes.PassManager([lower])(ir.serde.deserialize_model(_float_mod_model()))
+        ir.passes.PassManager([lower])(ir.serde.deserialize_model(float_mod_model(14)))
     outer = info.value
     assert str(outer) == "An error occurred at step 0"  # onnx_ir's own words
     wrapper = outer.__cause__
@@ -64,7 +57,7 @@ def test_a_refusal_in_a_pass_manager_carries_lowerers_line() -> None:
     assert str(lower) == f"{lower!r} failed: {line}"
     with pytest.raises(ir.passes.PassError, match="Mod"):
         ir.passes.Sequential(lowerer.LowerPass(target_opset=9, verify=False))(
-            ir.serde.deserialize_model(_float_mod_model()))
+            ir.serde.deserialize_model(float_mod_model(14)))
 
 
 def test_lowerer_error_is_none_for_other_errors() -> None:

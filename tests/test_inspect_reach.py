@@ -7,8 +7,8 @@ from pathlib import Path
 
 import onnx
 import pytest
+from _convert_helpers import float_mod_model
 from click.testing import CliRunner
-from onnx import TensorProto, helper
 
 from lowerer.cli import main
 from lowerer.inspection import opset_reach, reachable_opsets
@@ -24,20 +24,12 @@ def _invoke(args: list[str]) -> tuple[int, str, str]:
     return result.exit_code, result.stdout, result.stderr
 
 
-def _float_mod_model() -> onnx.ModelProto:
-    """A float Mod (fmod=1): below Mod-10 it has no exact form (its lowering takes integers only)."""
-    graph = helper.make_graph(
-        [helper.make_node("Mod", ["x", "x"], ["y"], name="tri", fmod=1)], "g",
-        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [3, 3])],
-        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [3, 3])])
-    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 16)], ir_version=8)
-
 
 # -- --reach: the node that limits each end ----------------------------------------------------------------
 
 def test_reach_names_the_node_that_limits_the_lowest_opset() -> None:
-    found = opset_reach(_float_mod_model())
-    assert (found["lowest"], found["highest"]) == reachable_opsets(_float_mod_model())
+    found = opset_reach(float_mod_model(16))
+    assert (found["lowest"], found["highest"]) == reachable_opsets(float_mod_model(16))
     assert found["lowest"] == 10
     stop = found["lowest_limit"]
     assert (stop["opset"], stop["node"], stop["op_type"], stop["version"], stop["scope"]) == (9, "'tri'", "Mod",
@@ -68,7 +60,7 @@ def test_limit_reads_the_node_from_any_refusal() -> None:
 
 def test_inspect_reach_prints_the_limiting_node(tmp_path) -> None:
     path = tmp_path / "mod.onnx"
-    onnx.save(_float_mod_model(), path)
+    onnx.save(float_mod_model(16), path)
     code, out, _ = _invoke(["inspect", str(path), "--reach"])
     assert code == 0
     assert "converts to opsets 10 .. " in out
