@@ -94,12 +94,16 @@ def test_inspect_text_and_json(tmp_path: Path) -> None:
     src = _write(tmp_path / "in.onnx", hardmax_model(13, 0))
     code, stdout, stderr = _invoke(["inspect", str(src), "--target-opset", "11"])
     assert code == 0, stderr
-    assert "owned nodes: 1" in stdout
-    assert "hm Hardmax-13 axis=0" in stdout
-    assert "would rewrite 1 node(s)" in stdout and "Transpose + Hardmax + Transpose" in stdout
+    assert "owned" not in stdout
+    assert "inputs: 1\n  x  float32  [2, 3, 4]\noutputs: 1\n  y  float32  [2, 3, 4]\nnodes: 1\n" in stdout
+    assert "ops: 1 distinct, by count:\n  Hardmax 1\n" in stdout
+    assert "would rewrite 1 node(s) (opset 13 -> 11), in 1 group (op, rewrite):" in stdout
+    assert "  1 x Hardmax-13  rule coerced-axis  -> Transpose + Hardmax + Transpose" in stdout
     code, stdout, _ = _invoke(["inspect", str(src), "--json"])
     info = json.loads(stdout)
-    assert info["default_opset"] == 13 and info["nodes"][0]["op_type"] == "Hardmax"
+    assert info["default_opset"] == 13 and info["ops"] == {"Hardmax": 1}
+    assert info["inputs"] == [{"name": "x", "type": "float32", "dims": [2, 3, 4]}]
+    assert info["nodes"] == {"total": 1, "graph": 1, "subgraphs": 0, "functions": 0}
     code, stdout, stderr = _invoke(["inspect", _write(tmp_path / "u.onnx", unknown_rank_model()).as_posix(),
                                     "--target-opset", "11"])
     # a dry run that would be refused exits 2, with the refusal as the one error line

@@ -98,3 +98,71 @@ def test_inspect_for_json_carries_the_refusal_and_exits_2() -> None:
     assert data["refused"].startswith("node 'softmax_axis2' (Softmax-11, in graph): coreml cannot run it")
     assert [n["node"] for n in data["nodes"]] == ["hardmax_axis1", "softmax_axis2"]
     assert "would refuse:" in err
+
+
+# -- inspect predicts convert: the same opset, the same rewrites ---------------------------------------------
+
+DECODER23 = ROOT / "tests" / "fixtures" / "real" / "decoder.dynamo.opset23.onnx"
+
+
+def _converted(tmp_path: Path, args: list[str]) -> tuple[int, dict, str]:
+    out, report = tmp_path / "out.onnx", tmp_path / "r.json"
+    code, _, err = _invoke(["convert", str(DECODER23), "-o", str(out), "--no-verify", "--report", str(report),
+                            *args])
+    return code, (json.loads(report.read_text()) if report.exists() else {}), err
+
+
+def _groups(rewrites: list[dict]) -> list[tuple[str, int, str, int]]:
+    from lowerer.inspection import group_rewrites
+
+    return sorted((g["op_type"], g["from_version"], g["rule"], g["count"]) for g in group_rewrites(rewrites))
+
+
+@pytest.mark.parametrize("args", [["--for", "tensorrt==8.6"], ["--for", "tensorrt==8.6", "--target-opset", "17"],
+                                  ["--target-opset", "17"]])
+def test_inspect_picks_the_opset_and_lists_the_rewrites_convert_makes(tmp_path, args: list[str]) -> None:
+    code, report, err = _converted(tmp_path, args)
+    assert code == 0, err
+    summary = report["summary"]
+    assert (summary["source_opset"], summary["target_opset"]) == (23, 17)
+    inspect_code, text, inspect_err = _invoke(["inspect", str(DECODER23), *args])
+    assert inspect_code == 0, inspect_err
+    _, out, _ = _invoke(["inspect", str(DECODER23), "--json", *args])
+    plan = json.loads(out)["plan"]
+    assert (plan["source_opset"], plan["target_opset"], plan["refused"]) == (23, 17, None)
+    assert _groups(plan["rewrites"]) == _groups(report["rewrites"])  # the same nodes, rewritten the same way
+    assert len(plan["rewrites"]) == summary["rewrites"] == 10
+    assert "10 node(s) (opset 23 -> 17), 10 by expanding a function body, in 4 groups (op, rewrite):" in text
+    assert "  4 x RMSNormalization-23  function body: no RMSNormalization at opset 17  -> Mul + ReduceMean" in text
+    if args[:2] == ["--for", "tensorrt==8.6"] and len(args) == 2:
+        assert text.splitlines()[0] == ("backend: tensorrt==8.6 (TensorrtExecutionProvider); opset 23 -> 17 "
+                                        "(the opset convert --for tensorrt==8.6 picks)")
+
+
+def test_inspect_for_refuses_as_convert_does_above_what_the_release_loads(tmp_path) -> None:
+    args = ["--for", "tensorrt==8.6", "--target-opset", "18"]
+    code, _, err = _converted(tmp_path, args)
+    inspect_code, _, inspect_err = _invoke(["inspect", str(DECODER23), *args])
+    assert code == inspect_code == 2
+    assert inspect_err.strip() == "lowerer: error: would refuse: " + err.strip().removeprefix("lowerer: error: ")
+
+
+def test_inspect_summarizes_the_model() -> None:
+    code, text, _ = _invoke(["inspect", str(GPT2)])
+    assert code == 0
+    lines = text.splitlines()
+    assert lines[1:8] == ["opset imports: ai.onnx 18", "inputs: 2", "  input_ids       int64  [batch, sequence]",
+                          "  attention_mask  int64  [batch, sequence]", "outputs: 1",
+                          "  logits  float32  [batch, sequence, 1000]", "nodes: 139"]
+    assert lines[8] == "ops: 26 distinct, by count:" and lines[9].startswith("  Reshape 29, Concat 12, Mul 12,")
+    assert all(len(line) <= 102 for line in lines)
+    assert "owned" not in text
+
+
+def test_the_dry_run_groups_by_op_and_rewrite_and_names_nodes_with_v() -> None:
+    code, text, _ = _invoke(["inspect", str(DECODER23), "--target-opset", "17"])
+    assert code == 0
+    assert sum(1 for line in text.splitlines() if " x RotaryEmbedding-23 " in line) == 1
+    assert "nodes:" not in text.split("would rewrite", 1)[1]
+    code, text, _ = _invoke(["inspect", str(DECODER23), "--target-opset", "17", "-v"])
+    assert "      nodes: node_rms_norm, node_rms_norm_1, node_rms_norm_2, node_rms_norm_3" in text
