@@ -22,7 +22,7 @@ from __future__ import annotations
 import functools
 import logging
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 
 import onnx
 
@@ -59,6 +59,11 @@ def check_runtime(converted: onnx.ModelProto, report: Report, source: bytes | No
     if opset is None:
         return
     # Up to the newest version onnxruntime has a kernel of, it loads the opset (no session to find out).
+    if not _cpu_kernels():  # no kernel table could be read: only the rewrites are opened
+        if MIN_ORT_OPSET <= opset <= max_ort_opset():
+            for rewrite in report.rewrites:
+                check_rewrite_opens(rewrite, report)
+        return
     newest = max(low for ranges in _cpu_kernels().values() for low, _ in ranges)
     loadable = opset >= MIN_ORT_OPSET and (opset <= newest or opset <= max_ort_opset())
     if opset >= MIN_ORT_OPSET and not loadable:
@@ -121,16 +126,24 @@ def _ort_version() -> str:
 
 
 @functools.lru_cache(maxsize=1)
-def _cpu_kernel_defs() -> dict[str, list[tuple[int, int, dict[str, list[str]]]]]:
-    """The default-domain CPU kernels of onnxruntime: op -> (low, high, type constraints) per kernel (read once)."""
-    from onnxruntime.capi import _pybind_state
+def _cpu_kernel_defs() -> dict[str, list[tuple[int, int, Mapping[str, frozenset[str]]]]]:
+    """The default-domain CPU kernels of onnxruntime: op -> (low, high, type constraints) per kernel (read once).
 
-    table: dict[str, list[tuple[int, int, dict[str, list[str]]]]] = {}
-    for k in _pybind_state.get_all_opkernel_def():
-        if k.provider == "CPUExecutionProvider" and k.domain in ("", "ai.onnx"):
-            low, high = k.version_range
-            table.setdefault(k.op_name, []).append((int(low), int(high), k.type_constraints))
-    return table
+    From :func:`lowerer.backends.installed_kernels.installed_kernels`: never
+    ``get_all_opkernel_def()`` in this process (it kills it where onnxruntime-gpu cannot load CUDA).
+    Empty when no table could be had (nothing is then looked up).
+    """
+    from lowerer.backends.installed_kernels import installed_kernels
+
+    found = installed_kernels("CPUExecutionProvider")
+    if found is None:
+        return {}
+    return {op: [(low, _UNBOUNDED if high is None else high, types) for low, high, types in rows]
+            for op, rows in found.rows.items()}
+
+
+#: The upper end of an open kernel version range.
+_UNBOUNDED = 1 << 30
 
 
 @functools.lru_cache(maxsize=1)

@@ -441,9 +441,9 @@ def test_strict_session_leaves_the_cpu_provider_out() -> None:
         def add_session_config_entry(self, key: str, value: str) -> None:
             self.entries[key] = value
 
-    def session(data: bytes, so: Options, providers: list[str]) -> object:
-        seen.append(list(providers))
-        if so.entries.get("session.disable_cpu_ep_fallback") == "1" and "CPUExecutionProvider" in providers:
+    def session(data: bytes, so: Options, providers: list[str | tuple[str, dict[str, str]]]) -> object:
+        seen.append([p if isinstance(p, str) else p[0] for p in providers])
+        if so.entries.get("session.disable_cpu_ep_fallback") == "1" and "CPUExecutionProvider" in seen[-1]:
             raise RuntimeError("Conflicting session configuration")
         return object()
 

@@ -175,6 +175,7 @@ def test_progress_callback() -> None:
 
 def fake(monkeypatch: pytest.MonkeyPatch, names: list[str]) -> None:
     monkeypatch.setattr(prov, "available_providers", lambda: list(names))
+    monkeypatch.setattr(prov, "provider_problem", lambda name: None)  # every listed provider can run
 
 
 def test_provider_default_order(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -186,13 +186,16 @@ def prove(model: onnx.ModelProto, plan: BackendPlan, report: Report, data_dir: o
     else:
         try:
             placement = prove_placement(model, provider,
-                                        data_dir if isinstance(data_dir, (str, os.PathLike)) else None)
+                                        data_dir if isinstance(data_dir, (str, os.PathLike)) else None,
+                                        rejected=_refused_by_kernel(model, plan))
         except ValueError as e:  # protobuf cannot serialize a model over 2 GiB
             placement = Placement(NOT_PROVEN, provider, f"the model cannot be given to onnxruntime from memory ({e})")
     if report.backend is None:
         report.backend = backend_record(plan.profile, [], 0, [])
     report.backend["placement"] = placement.status
     report.backend["placement_detail"] = placement.detail
+    if placement.classes is not None:
+        report.backend["placement_classes"] = placement.classes.to_dict()
     if placement.status == FAILED:
         message = (f"{plan.profile.spec}: {placement.status}: {placement.detail}; --allow-fallback (API: "
                    "allow_fallback=True) accepts a model part of which onnxruntime places elsewhere")
@@ -201,6 +204,13 @@ def prove(model: onnx.ModelProto, plan: BackendPlan, report: Report, data_dir: o
             error.report = report
             raise error
         logger.warning("%s", message)
+
+
+def _refused_by_kernel(model: onnx.ModelProto, plan: BackendPlan) -> dict[str, str]:
+    """The top-level nodes the backend's profile still names (their kernel refuses them): name -> why."""
+    from lowerer.backends.plan import scan
+
+    return {f.node: f.entry.why for f in scan(model, plan.profile) if f.scope == "graph"}
 
 
 def placement_line(record: dict[str, Any]) -> str:

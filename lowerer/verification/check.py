@@ -22,6 +22,7 @@ from lowerer import reference
 from lowerer.errors import VerificationError
 from lowerer.report import Rewrite, RewriteStatus
 from lowerer.scopes import has_subgraphs, node_graphs
+from lowerer.verification import blame
 from lowerer.verification.compare import (
     ARITHMETIC_OPS,
     EXPANSION_ULPS,
@@ -35,7 +36,7 @@ from lowerer.verification.compare import (
 from lowerer.verification.inputs import JUDGED_KINDS, InputSet, bind_shapes, generate, kinds_for, min_rank_for
 from lowerer.verification.models import small_model
 from lowerer.verification.propagated import budget_kind
-from lowerer.verification.providers import select_providers
+from lowerer.verification.providers import CPU, cuda_settings, select_providers
 from lowerer.verification.runner import (
     Engine,
     OrtEngine,
@@ -57,6 +58,9 @@ class CheckResult:
     reason: str
     provider: str | None = None
     details: dict[str, Any] = field(default_factory=dict)
+    #: For a failure: the feeds and both sides' outputs (``feeds``, ``original``, ``replacement``); for a
+    #: second opinion, both sides' outputs on those feeds. Kept in memory only, for :mod:`.blame`.
+    evidence: dict[str, Any] | None = field(default=None, repr=False, compare=False)
     #: For failures: what differs (the node is named by the caller).
     failure: str | None = None
 
@@ -333,12 +337,20 @@ class RewriteVerifier:
         self.stats: Counter[str] = Counter()
         self.seconds = 0.0
         self._cache: dict[tuple[object, ...], CheckResult] = {}
+        self._cpu: SessionMaker | None = None  # second opinions on the CPU provider (made on the first)
 
     def summary(self) -> dict[str, Any]:
         """Providers, counts (rewrites, distinct checks, cache hits, sessions) and time spent."""
-        return {"providers": list(self.providers), "seed": self.seed, "rewrites": self.stats["rewrites"],
-                "distinct_checks": self.stats["checks"], "cache_hits": self.stats["cache_hits"],
-                "sessions": self.sessions.sessions, "seconds": round(self.seconds, 4)}
+        out = {"providers": list(self.providers), "seed": self.seed, "rewrites": self.stats["rewrites"],
+               "distinct_checks": self.stats["checks"], "cache_hits": self.stats["cache_hits"],
+               "sessions": self.sessions.sessions + (self._cpu.sessions if self._cpu else 0),
+               "seconds": round(self.seconds, 4)}
+        cuda = cuda_settings(self.providers)
+        if cuda is not None:
+            out["cuda"] = cuda
+        if self._cpu is not None:
+            out["second_opinions"] = self._cpu.sessions
+        return out
 
     def __call__(self, rewrite: Rewrite) -> None:
         """Verify ``rewrite``: set its status, provider, reason and details, or raise VerificationError."""
@@ -409,17 +421,49 @@ class RewriteVerifier:
             shape_lists.append(shapes)
         n_sets = max(len(s) for s in shape_lists) if shape_lists else 1
         combos = [tuple(s[i % len(s)] for s in shape_lists) for i in range(n_sets)]
-        outcomes = [self._check_types(rewrite, canon, specs, elems, combos) for elems in elem_sets]
+        outcomes = [self._judged(rewrite, canon, specs, elems, combos) for elems in elem_sets]
         return _combined(elem_sets, outcomes)
 
-    def _engine(self, model: onnx.ModelProto, opset: int, dtypes: list[np.dtype[Any]], side: str) -> Engine | str:
+    def _judged(self, rewrite: Rewrite, canon: _Canon, specs: list[_Spec], elems: list[int],
+                combos: list[tuple[tuple[int, ...], ...]]) -> CheckResult:
+        """One element-type set checked; a failure gets a second opinion before the rewrite is blamed.
+
+        On a provider other than the CPU, a failure is checked again on the CPU provider: when the two
+        sides agree there, the provider's kernel is what departs (named, the rewrite verified on the
+        CPU). A failure on the CPU is checked once more with the original judged by lowerer's numpy
+        reference (the op's spec) where it has one: when the replacement agrees with the spec,
+        onnxruntime's CPU kernel of the original is what departs.
+        """
+        result = self._check_types(rewrite, canon, specs, elems, combos, self.sessions)
+        if result.status != "failed" or result.provider == "onnx.checker":
+            return result
+        if self.providers[0] != CPU:
+            on_cpu = self._check_types(rewrite, canon, specs, elems, combos, self._cpu_sessions(),
+                                       replay=(result.evidence or {}).get("feeds"))
+            if on_cpu.status == "verified":
+                return blame.provider_departs(rewrite, result, on_cpu, self.providers[0])
+            result = on_cpu if on_cpu.status == "failed" else result
+        if reference.supports([canon.original], rewrite.from_opset) is None:
+            by_spec = self._check_types(rewrite, canon, specs, elems, combos, self._cpu_sessions(), by_spec=True)
+            if by_spec.status == "verified":
+                return blame.kernel_departs_from_spec(rewrite, result, by_spec)
+        return result
+
+    def _cpu_sessions(self) -> SessionMaker:
+        if self._cpu is None:
+            self._cpu = SessionMaker([CPU])
+        return self._cpu
+
+    def _engine(self, model: onnx.ModelProto, opset: int, dtypes: list[np.dtype[Any]], side: str,
+                sessions: SessionMaker, by_spec: bool = False) -> Engine | str:
         deviating = sorted({n.op_type for n in model.graph.node} & set(_ORT_DEVIATES))
-        if side == "original" and deviating and reference.supports(model.graph.node, opset) is None:
+        if side == "original" and (deviating or by_spec) and reference.supports(model.graph.node, opset) is None:
             # Judge the original by its spec, not by onnxruntime's known departure from it.
-            return ReferenceEngine(model, opset, fallback_reason="; ".join(_ORT_DEVIATES[op] for op in deviating))
+            return ReferenceEngine(model, opset,
+                                   fallback_reason="; ".join(_ORT_DEVIATES[op] for op in deviating) or blame.BY_SPEC)
         why = ort_can_exchange(dtypes)
         if why is None:
-            made = self.sessions.create(model)
+            made = sessions.create(model)
             if not isinstance(made, str):
                 return made
             why = f"onnxruntime cannot run the {side}: {made}"
@@ -430,8 +474,8 @@ class RewriteVerifier:
             return ReferenceEngine(model, opset, fallback_reason=why)
         return f"{why}; and {ref_why}"
 
-    def _engines(self, rewrite: Rewrite, canon: _Canon, in_specs: list[_Spec],
-                 dtypes: list[np.dtype[Any]]) -> tuple[Engine, Engine] | CheckResult:
+    def _engines(self, rewrite: Rewrite, canon: _Canon, in_specs: list[_Spec], dtypes: list[np.dtype[Any]],
+                 sessions: SessionMaker, by_spec: bool = False) -> tuple[Engine, Engine] | CheckResult:
         """The engines that run the original and the replacement, or why the check stops before running."""
         derived = [(c, onnx.TensorProto.INT64, [len(r)]) for c, _, r in canon.derived]
         outputs = [c for c, _ in canon.outputs]
@@ -439,7 +483,7 @@ class RewriteVerifier:
         orig_model = small_model([canon.original], fixed, [*in_specs, *derived], outputs, rewrite.from_opset)
         repl_model = small_model(canon.replacement, [*fixed, *canon.constants], [*in_specs, *derived], outputs,
                                  rewrite.to_opset)
-        orig = self._engine(orig_model, rewrite.from_opset, dtypes, "original")
+        orig = self._engine(orig_model, rewrite.from_opset, dtypes, "original", sessions, by_spec)
         if isinstance(orig, str):
             return CheckResult("unverified", orig)
         invalid = _invalid(repl_model, orig_model)
@@ -447,16 +491,17 @@ class RewriteVerifier:
             return CheckResult("failed", "the replacement is not a valid ONNX graph", "onnx.checker",
                                failure=f"the replacement is not a valid ONNX graph at opset "
                                        f"{rewrite.to_opset}: {invalid}")
-        repl = self._engine(repl_model, rewrite.to_opset, dtypes, "replacement")
+        repl = self._engine(repl_model, rewrite.to_opset, dtypes, "replacement", sessions)
         if isinstance(repl, str):
             return CheckResult("unverified", repl)
         return orig, repl
 
-    def _check_types(self, rewrite: Rewrite, canon: _Canon, specs: list[_Spec],
-                     elems: list[int], combos: list[tuple[tuple[int, ...], ...]]) -> CheckResult:
+    def _check_types(self, rewrite: Rewrite, canon: _Canon, specs: list[_Spec], elems: list[int],
+                     combos: list[tuple[tuple[int, ...], ...]], sessions: SessionMaker,
+                     by_spec: bool = False, replay: dict[str, np.ndarray] | None = None) -> CheckResult:
         in_specs = [(c, e, d) for (c, _, d), e in zip(specs, elems, strict=True)]
         dtypes = [reference.np_dtype(e) for e in elems]
-        engines = self._engines(rewrite, canon, in_specs, dtypes)
+        engines = self._engines(rewrite, canon, in_specs, dtypes, sessions, by_spec)
         if isinstance(engines, CheckResult):
             return engines
         trial = _Trial(rewrite, canon, *engines, elems, dtypes, self.exact, self.max_ulp)
@@ -470,7 +515,10 @@ class RewriteVerifier:
                     return outcome
                 if outcome == _STOP:
                     break  # the shape itself is unacceptable to the original
-        return trial.result()
+        result = trial.result()
+        if replay is not None and result.status == "verified":  # both sides' outputs on another run's feeds
+            result.evidence = {"feeds": replay, **trial.replay(replay)}
+        return result
 
 
 #: Generated inputs of one distinct check: (canonical name, element type, dims or None).
@@ -603,13 +651,15 @@ class _Trial:
                 return None
             return CheckResult("failed", "the replacement raised an error where the original ran", self.provider,
                                {"input_set": desc},
-                               failure=f"input set {desc}: the original runs but the replacement raises: {_short(e)}")
+                               failure=f"input set {desc}: the original runs but the replacement raises: {_short(e)}",
+                               evidence={"feeds": feeds, "original": expected, "replacement": None})
         if isinstance(repl, OrtEngine):
             repl.resolve_placement()
         self.used_sets.append(desc)
         for (_, orig_out), exp, act in zip(canon.outputs, expected, actual, strict=True):
             failure = self._compare_output(kind, desc, orig_out, exp, act)
             if failure is not None:
+                failure.evidence = {"feeds": feeds, "original": expected, "replacement": actual}
                 return failure
         return None
 
@@ -639,6 +689,16 @@ class _Trial:
                            {"input_set": desc, "output": orig_out, "max_difference": md,
                             "tolerance": "exact" if t is None else t.to_dict()},
                            failure=f"input set {desc}: output {orig_out!r} {diff.describe()}")
+
+    def replay(self, feeds: dict[str, np.ndarray]) -> dict[str, list[np.ndarray] | None]:
+        """Both sides' outputs on ``feeds`` (None for a side that raises)."""
+        out: dict[str, list[np.ndarray] | None] = {}
+        for side, engine in (("original", self.orig), ("replacement", self.repl)):
+            try:
+                out[side] = engine.run(feeds)
+            except Exception:
+                out[side] = None
+        return out
 
     def result(self) -> CheckResult:
         """The outcome once every input set ran without a failure."""

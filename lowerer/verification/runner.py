@@ -16,7 +16,7 @@ import onnx
 
 from lowerer import reference
 from lowerer.verification.ort import load_onnxruntime
-from lowerer.verification.providers import CPU
+from lowerer.verification.providers import CPU, session_providers
 
 __all__ = ["EXTERNAL_DATA_FOLDER", "Engine", "OrtEngine", "ReferenceEngine", "SessionMaker", "quiet_session_options"]
 
@@ -143,20 +143,22 @@ class SessionMaker:
                 # Without the CPU provider: onnxruntime refuses CPU in the list together with disabled fallback
                 # ("Conflicting session configuration"), which would make every strict attempt fail.
                 session = self._ort.InferenceSession(data, self._options(strict=True, data_dir=folder),
-                                                     providers=[p for p in self.providers if p != CPU])
+                                                     providers=session_providers([p for p in self.providers
+                                                                                  if p != CPU]))
                 self.sessions += 1
                 return OrtEngine(session, primary, None)
             except Exception as e:
                 strict_error = _short(e)
             try:
                 session = self._ort.InferenceSession(data, self._options(profile=True, data_dir=folder),
-                                                     providers=self.providers)
+                                                     providers=session_providers(self.providers))
                 self.sessions += 1
             except Exception as e:
                 return _short(e)
             return OrtEngine(session, primary, f"some nodes ran on {CPU}, not {primary} ({strict_error})", True)
         try:
-            session = self._ort.InferenceSession(data, self._options(data_dir=folder), providers=self.providers)
+            session = self._ort.InferenceSession(data, self._options(data_dir=folder),
+                                                 providers=session_providers(self.providers))
         except Exception as e:
             return _short(e)
         self.sessions += 1

@@ -37,7 +37,7 @@ from lowerer.verification.feeds import (
     save_sets,
 )
 from lowerer.verification.propagated import ModelBudget
-from lowerer.verification.providers import select_providers
+from lowerer.verification.providers import CPU, select_providers
 from lowerer.verification.runner import OrtEngine, SessionMaker, ort_can_exchange
 
 __all__ = ["ModelCheckOptions", "ModelComparison", "ModelSource", "compare_models", "tolerance_hint", "verify_models"]
@@ -150,16 +150,27 @@ def compare_models(a: ModelSource, b: ModelSource, *, options: ModelCheckOptions
             (an input name that is not there, shapes or loaded arrays of the wrong type or rank).
     """
     opts = options or ModelCheckOptions()
-    result = _compare(a, b, opts, providers, seed, progress)
+    chosen = select_providers(providers)
+    result = _compare(a, b, opts, chosen, seed, progress)
+    if result.status == "different" and chosen[0] != CPU:
+        # A second opinion before the conversion is blamed: the CPU provider's kernels (see lowerer.verification.blame).
+        on_cpu = _compare(a, b, opts, [CPU], seed, progress)
+        if on_cpu.status == "equal":
+            said = (f"{chosen[0]}'s kernels compute this model differently from its CPU kernels: {result.reason}; "
+                    f"on CPUExecutionProvider the two models agree")
+            logger.warning("whole-model check: %s", said)
+            on_cpu.details["provider_departure"] = {"provider": chosen[0], "statement": said}
+            on_cpu.reason = f"{on_cpu.reason}; {chosen[0]} departs ({result.reason})"
+            result = on_cpu
     result.models = (a.name, b.name)
     result.budget = opts.budget
     return result
 
 
-def _compare(a: ModelSource, b: ModelSource, opts: ModelCheckOptions, providers: Sequence[str] | None, seed: int,
+def _compare(a: ModelSource, b: ModelSource, opts: ModelCheckOptions, providers: Sequence[str], seed: int,
              progress: ProgressCallback | None) -> ModelComparison:
     tol = opts.tolerance
-    chosen = select_providers(providers)
+    chosen = list(providers)
     merged = _common_inputs(a, b, tol)
     if isinstance(merged, ModelComparison):
         return merged

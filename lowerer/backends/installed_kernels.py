@@ -1,0 +1,141 @@
+"""The kernels of the installed onnxruntime, per provider: from the shipped table of its release, else a child.
+
+``onnxruntime.capi._pybind_state.get_all_opkernel_def()`` creates every provider compiled into
+the installed build; with onnxruntime-gpu and a missing library (TensorRT's ``libnvinfer``, CUDA's
+``libcublasLt``) it kills the process with SIGSEGV. lowerer never calls it in its own process:
+
+1. the installed release's table shipped with lowerer (``lowerer/backends/kernels/``, read from
+   onnxruntime's ``docs/OperatorKernels.md`` at the release's tag; see
+   :mod:`lowerer.backends.kernel_tables`) when there is one;
+2. else a child process reads ``get_all_opkernel_def()`` and prints the rows;
+3. a child that dies (a signal) or fails: the newest shipped table older than the release, named
+   in one warning line.
+
+Each answer is read once per process.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import logging
+import subprocess
+import sys
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+__all__ = ["KernelRows", "installed_kernels", "installed_release"]
+
+logger = logging.getLogger(__name__)
+
+#: Per op (default domain), the kernels of one provider: (low, high or None, type constraints).
+Rows = dict[str, list[tuple[int, int | None, Mapping[str, frozenset[str]]]]]
+
+_CHILD = r"""
+import json, sys
+from onnxruntime.capi import _pybind_state as p
+out = []
+for k in p.get_all_opkernel_def():
+    if k.provider == sys.argv[1] and k.domain in ("", "ai.onnx"):
+        low, high = k.version_range
+        out.append([k.op_name, int(low), int(high), {n: list(t) for n, t in k.type_constraints.items()}])
+print(json.dumps(out))
+"""
+#: onnxruntime's "no upper bound" in a kernel's version range.
+_OPEN = 2**31 - 1
+
+
+@dataclass(frozen=True)
+class KernelRows:
+    """One provider's default-domain kernels in the installed onnxruntime, and where they were read."""
+
+    provider: str
+    rows: Rows
+    source: str
+    #: False when the rows are another release's (the installed one's could not be read).
+    exact: bool = True
+
+
+def installed_release() -> str:
+    """The version of the onnxruntime that ``import onnxruntime`` loads (``1.32.0``), read without importing it.
+
+    Package metadata cannot say: onnxruntime and onnxruntime-gpu install the same ``onnxruntime``
+    folder, and the last one installed wins. Its ``__init__.py`` states ``__version__``.
+    """
+    import importlib.util
+    import re
+
+    spec = importlib.util.find_spec("onnxruntime")
+    if spec is not None and spec.origin:
+        try:
+            with open(spec.origin, encoding="utf-8") as f:
+                found = re.search(r"^__version__\s*=\s*[\"']([^\"']+)[\"']", f.read(), re.MULTILINE)
+            if found:
+                return found[1]
+        except OSError:
+            pass
+    from lowerer.verification.ort import load_onnxruntime
+
+    return str(load_onnxruntime().__version__)
+
+
+def _from_table(provider: str, release: str) -> KernelRows | None:
+    try:  # TEMP until the tables land
+        from lowerer.backends.kernel_tables import nearest_table
+    except ModuleNotFoundError:
+        return None
+    found = nearest_table(release)
+    if found is None:
+        return None
+    table, exact = found
+    if provider not in table.providers():
+        return None
+    rows: Rows = {}
+    for op in sorted(table.ops(provider)):
+        rows[op] = [(low, high, types) for low, high, types in table.ranges(provider, op)]
+    return KernelRows(provider, rows, table.source, exact)
+
+
+def _from_child(provider: str, python: str | None = None) -> Rows | str:
+    try:
+        done = subprocess.run([python or sys.executable, "-c", _CHILD, provider], capture_output=True,
+                              timeout=300, check=False)
+    except (OSError, subprocess.TimeoutExpired) as e:
+        return f"reading its kernel table failed ({e})"
+    if done.returncode != 0:
+        how = f"died by signal {-done.returncode}" if done.returncode < 0 else f"ended with exit {done.returncode}"
+        return f"reading its kernel table in a child process {how}"
+    try:
+        raw = json.loads(done.stdout.decode("utf-8", "replace").strip().splitlines()[-1])
+    except (IndexError, ValueError):
+        return "reading its kernel table gave no answer"
+    if not raw:
+        return f"its registry lists no {provider} kernel"
+    rows: Rows = {}
+    for op, low, high, types in raw:
+        constraints = {str(n): frozenset(str(t) for t in ts) for n, ts in types.items()}
+        rows.setdefault(str(op), []).append((int(low), None if int(high) >= _OPEN else int(high), constraints))
+    return rows
+
+
+@functools.lru_cache(maxsize=8)
+def installed_kernels(provider: str = "CPUExecutionProvider", python: str | None = None) -> KernelRows | None:
+    """``provider``'s default-domain kernels in the installed onnxruntime (see the module docstring).
+
+    None when neither a table of the release (or an older one) nor the child gave them.
+    """
+    release = installed_release()
+    shipped = _from_table(provider, release)
+    if shipped is not None and shipped.exact:
+        return shipped
+    read = _from_child(provider, python)
+    if not isinstance(read, str):
+        return KernelRows(provider, read, f"onnxruntime {release}'s own registry (get_all_opkernel_def, read in a "
+                                          "child process)")
+    if shipped is not None:
+        logger.warning("onnxruntime %s: %s; its %s kernels are taken from %s instead", release, read, provider,
+                       shipped.source)
+        return shipped
+    logger.warning("onnxruntime %s: %s, and lowerer ships no table of it or an older release: kernels are not "
+                   "looked up", release, read)
+    return None
