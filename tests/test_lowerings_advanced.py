@@ -1,4 +1,5 @@
-"""Lowerings of Einsum below 12, and the reductions of ScatterElements/ScatterND below 16 and 18.
+"""Lowerings of Einsum below 12 (one or two operands; three or more: ``test_lowerings_einsum_nary.py``), and the
+reductions of ScatterElements/ScatterND below 16 and 18.
 
 Each model is converted by ``lowerer.convert`` (its per-rewrite verification on), then the original and
 the result run in onnxruntime on tie-heavy inputs (small integers as floats, ±inf, all-equal) and
@@ -153,7 +154,6 @@ def test_einsum_inside_if_body() -> None:
 
 @pytest.mark.parametrize(("equation", "shapes", "dtype", "needle"), [
     ("ii->i", [[3, 3]], np.float32, "a letter repeats within 'ii' (a diagonal or trace)"),
-    ("bn,anm,bm->ba", [[2, 3], [4, 3, 5], [2, 5]], np.float32, "more than two operands"),
     ("abcd,cdef->abef", [["A", 3, "C", 5], ["C", 5, 3, 2]], np.float32, "needs the sizes of the letters"),
 ])
 def test_einsum_refusals(equation: str, shapes: list[list[int | str]], dtype: type, needle: str) -> None:

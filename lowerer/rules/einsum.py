@@ -1,6 +1,6 @@
 """Lowering of Einsum-12 for targets before opset 12: Transpose, ReduceSum, Mul and MatMul.
 
-The equations exporters emit, with one or two operands:
+The equations exporters emit, with any number of operands:
 
 * one operand: the letters missing from the output summed (ReduceSum), the rest transposed into the
   output's order (``ij->ji``, ``bhqd->bqhd``, ``ij->i``);
@@ -10,12 +10,17 @@ The equations exporters emit, with one or two operands:
 * two operands with letters summed across them (``bhqd,bhkd->bhqk``, ``bij,bjk->bik``): letters
   in both operands and the output are batch dims, the others grouped into (kept, summed) and
   (summed, kept) matrices, multiplied by MatMul, then reshaped and transposed into the output.
-  Groups of more than one letter are reshaped, which needs their sizes static (one may be dynamic).
+  Groups of more than one letter are reshaped, which needs their sizes static (one may be dynamic);
+* three or more operands (linear attention's ``bshd,bshde,bsh->bshe``): a sequence of pairwise
+  contractions, left to right, each one of the two-operand forms above: the running result is contracted
+  with the next operand, keeping the letters the output or a later operand holds and summing the others
+  (a letter only one operand holds, and no other needs, is summed on that operand first).
 
 ``...`` stands for as many letters as the operand's rank needs (the rank must be known). A letter
-repeated within one operand (a diagonal, ``ii->i``) and more than two operands are refused.
-Float sums may add in another order than the Einsum kernel (MatMul, ReduceSum): the lowering is
-budgeted (judged by the expansion ulp budget); integer results are exact.
+repeated within one operand (a diagonal, ``ii->i``) is refused.
+Float sums may add in another order than the Einsum kernel (MatMul, ReduceSum, and with three or more
+operands the pairwise order): the lowering is budgeted (judged by the expansion ulp budget); integer
+results are exact.
 """
 
 from __future__ import annotations
@@ -79,8 +84,6 @@ def parse_equation(equation: str, ranks: Sequence[int | None]) -> Equation:
     terms = lhs.split(",")
     if len(terms) != len(ranks):
         raise ValueError(f"{len(terms)} operands in the equation, {len(ranks)} inputs")
-    if len(terms) > 2:
-        raise ValueError("more than two operands (lowerer handles one or two)")
     counts: list[int] = []
     for term, rank in zip(terms, ranks, strict=True):
         if "..." in term:
@@ -168,34 +171,50 @@ def _regroup(em: Emitter, x: str, have: Sequence[str], want: Sequence[str], size
     return em.op("Reshape", [x, em.const(np.array(final, dtype=np.int64), "shape")])
 
 
-def _product(em: Emitter, a: str, ta: str, b: str, tb: str, out: str) -> None:
+def _product(em: Emitter, a: str, ta: str, b: str, tb: str, out: str) -> str:
     """``a * b`` broadcast over the letters of ``out`` (no letter summed): each transposed and unsqueezed."""
     operands = []
     for x, term in ((a, ta), (b, tb)):
         x = _transpose(em, x, term, "".join(c for c in out if c in term))
         missing = [i for i, c in enumerate(out) if c not in term]
         operands.append(em.op("Unsqueeze", [x], axes=missing) if missing else x)
-    em.op("Mul", operands, list(em.node.output))
+    return em.op("Mul", operands)
 
 
-def _matmul(em: Emitter, a: str, ta: str, b: str, tb: str, out: str, sizes: dict[str, int]) -> None:
-    """``a`` and ``b`` contracted over the letters they share that ``out`` lacks, by MatMul."""
-    batch = [c for c in out if c in ta and c in tb]
-    summed = "".join(c for c in ta if c in tb and c not in out)
-    kept_a = "".join(c for c in out if c in ta and c not in tb)
-    kept_b = "".join(c for c in out if c in tb and c not in ta)
+def _matmul(em: Emitter, a: str, ta: str, b: str, tb: str, keep: str, sizes: dict[str, int]) -> tuple[str, str]:
+    """``a`` and ``b`` contracted over the letters they share that ``keep`` lacks, by MatMul; and its letters.
+
+    The result's axes hold the batch letters (in both, kept), then ``a``'s kept letters, then ``b``'s.
+    """
+    batch = [c for c in keep if c in ta and c in tb]
+    summed = "".join(c for c in ta if c in tb and c not in keep)
+    kept_a = "".join(c for c in keep if c in ta and c not in tb)
+    kept_b = "".join(c for c in keep if c in tb and c not in ta)
     left = _transpose(em, a, ta, "".join(batch) + kept_a + summed)
     left = _regroup(em, left, [*batch, *kept_a, *summed], [*batch, kept_a, summed], sizes)
     right = _transpose(em, b, tb, "".join(batch) + summed + kept_b)
     right = _regroup(em, right, [*batch, *summed, *kept_b], [*batch, summed, kept_b], sizes)
     product = em.op("MatMul", [left, right])
     product = _regroup(em, product, [*batch, kept_a, kept_b], [*batch, *kept_a, *kept_b], sizes)
-    _finish(em, _transpose(em, product, "".join(batch) + kept_a + kept_b, out))
+    return product, "".join(batch) + kept_a + kept_b
+
+
+def _contract(em: Emitter, a: str, ta: str, b: str, tb: str, keep: str, sizes: dict[str, int]) -> tuple[str, str]:
+    """``a`` (letters ``ta``) and ``b`` (``tb``) contracted: the letters of ``keep`` stay, the others are summed.
+
+    Returns the result and its letters: ``keep``'s order for a product with nothing summed across the two,
+    the MatMul form's order otherwise.
+    """
+    a, ta = _reduce(em, a, ta, keep + tb)
+    b, tb = _reduce(em, b, tb, keep + ta)
+    if any(c in tb and c not in keep for c in ta):
+        return _matmul(em, a, ta, b, tb, keep, sizes)
+    return _product(em, a, ta, b, tb, keep), keep
 
 
 @lowering("Einsum", budgeted=True)
 def einsum(em: Emitter) -> None:
-    """Einsum-12 as Transpose/ReduceSum/Mul/MatMul (one or two operands; no diagonal)."""
+    """Einsum-12 as Transpose/ReduceSum/Mul/MatMul (any number of operands, pairwise; no diagonal)."""
     node = em.node
     equation = str(attribute_value(node, "equation"))
     for name in node.input:
@@ -208,15 +227,16 @@ def einsum(em: Emitter) -> None:
         parsed = parse_equation(equation, [em.rank(i) for i in node.input])
     except ValueError as e:
         em.refuse(f"equation {equation!r} is not handled: {e}")
-    out = parsed.output
-    if len(parsed.terms) == 1:
-        x, have = _reduce(em, node.input[0], parsed.terms[0], out)
+    out, terms = parsed.output, parsed.terms
+    if len(terms) == 1:
+        x, have = _reduce(em, node.input[0], terms[0], out)
         _finish(em, _transpose(em, x, have, out))
         return
-    ta, tb = parsed.terms
-    a, ta = _reduce(em, node.input[0], ta, out + tb)
-    b, tb = _reduce(em, node.input[1], tb, out + ta)
-    if any(c in tb and c not in out for c in ta):
-        _matmul(em, a, ta, b, tb, out, _sizes(em, parsed.terms))
-    else:
-        _product(em, a, ta, b, tb, out)
+    sizes = _sizes(em, terms)
+    acc, letters = node.input[0], terms[0]
+    for i in range(1, len(terms)):
+        later = "".join(terms[i + 1:])
+        # The letters the output or a later operand needs, in the order they first appear.
+        keep = out if not later else "".join(c for c in dict.fromkeys(letters + terms[i]) if c in out + later)
+        acc, letters = _contract(em, acc, letters, node.input[i], terms[i], keep, sizes)
+    _finish(em, _transpose(em, acc, letters, out))
