@@ -167,11 +167,14 @@ def test_resize_up_refuses_mixed_nearest_scales() -> None:
 
 
 @pytest.mark.parametrize(("attr", "value", "match"), [
-    ("coordinate_transformation_mode", "half_pixel", "maps x to x / scale"),
-    ("nearest_mode", "round_prefer_floor", "rounds down on these scales"),
+    ("coordinate_transformation_mode", "half_pixel", r"on axis 2 \(3 -> 6\) its nearest picks \(half_pixel, floor\) "
+                                                     "differ from Resize-10's"),
+    ("nearest_mode", "round_prefer_floor", r"on axis 3 \(4 -> 12\) its nearest picks \(asymmetric, "
+                                           r"round_prefer_floor\) differ"),
+    ("coordinate_transformation_mode", "align_corners", "maps x to x / scale"),
     ("mode", "cubic", "nearest and linear only")])
 def test_resize_down_refusals(attr: str, value: str, match: str) -> None:
-    model = upsample(13, "Resize", "nearest", [1, 1, 2, 2])
+    model = upsample(13, "Resize", "nearest", [1, 1, 2, 3])
     node = model.graph.node[0]
     for a in node.attribute:
         if a.name == attr:
@@ -195,7 +198,7 @@ def test_resize_sized_by_integer_ratios_goes_below_11(target: int) -> None:
 
 def test_resize_down_refuses_sizes_that_are_no_integer_ratio() -> None:
     model = _sized([1, 2, 6, 6], [1, 2, 3, 4])
-    refused(model, 10, "size 3 is not the input's dim 3 times a constant integer")
+    refused(model, 10, "resizes axis 3 from 4 to 6, not by an integer factor or divisor")
     convert_exact(model, 11, {"x": ties(1, 2, 3, 4)})  # an empty roi and scales next to sizes
 
 
@@ -204,15 +207,23 @@ def test_resize_down_refuses_sizes_that_are_no_integer_ratio() -> None:
 @pytest.mark.parametrize("target", [10, 9, 7])
 def test_half_pixel_nearest_on_integer_upsampling_goes_below_11(ctm: str, rounding: str, target: int) -> None:
     """x = k*s + j maps to k + (j + 0.5)/s - 0.5, within 0.5 of k: what asymmetric floor picks."""
-    model = upsample(13, "Resize", "nearest", [1, 1, 2, 3])
-    for a in model.graph.node[0].attribute:
-        if a.name == "coordinate_transformation_mode":
-            a.s = ctm.encode()
-        if a.name == "nearest_mode":
-            a.s = rounding.encode()
-    convert_exact(model, target, {"x": ties(1, 2, 3, 4)})
-    model.graph.initializer[0].CopyFrom(numpy_helper.from_array(np.array([1, 1, 2, 1.5], np.float32), "s"))
-    refused(model, 10, "maps x to x / scale")  # a non-integer factor: the mappings differ
+    def resize(scales: list[float]) -> onnx.ModelProto:
+        model = upsample(13, "Resize", "nearest", scales)
+        for a in model.graph.node[0].attribute:
+            if a.name == "coordinate_transformation_mode":
+                a.s = ctm.encode()
+            if a.name == "nearest_mode":
+                a.s = rounding.encode()
+        return model
+
+    convert_exact(resize([1, 1, 2, 3]), target, {"x": ties(1, 2, 3, 4)})
+    # A non-integer factor (4 -> 6): the picks are compared index by index on the static dims. Rounding ties
+    # down they agree with asymmetric floor (x = 1 maps to 0.5 and 0.667: both 0); up they differ.
+    if rounding == "round_prefer_ceil":
+        refused(resize([1, 1, 2, 1.5]), 10, r"on axis 3 \(4 -> 6\) its nearest picks .* output index 1 takes input "
+                                            "index 1, Resize-10's 0")
+    elif target == 10:
+        convert_exact(resize([1, 1, 2, 1.5]), 10, {"x": ties(1, 2, 3, 4)})
 
 
 @pytest.mark.parametrize("kind", ["scales", "sizes", "sizes-dynamic", "roi"])

@@ -22,9 +22,12 @@
 
 from __future__ import annotations
 
+from fractions import Fraction
+
 import numpy as np
 import onnx
 
+from lowerer.remedies import ADD_SHAPES, MAKE_CONSTANT
 from lowerer.steps import generic
 from lowerer.steps.changes import InputAdded, OptionalInput, Semantics, Step
 from lowerer.steps.emitter import Emitter
@@ -97,49 +100,182 @@ def _rounds_like_floor(em: Emitter, node: onnx.NodeProto, scales: str) -> bool:
     return bool(np.all(flat >= 1) and np.all(flat == np.floor(flat)))
 
 
-def _scales_of_sizes(em: Emitter, data: str, sizes: str) -> str:
-    """Constant scales that give exactly ``sizes``: each size is the data's own dim, or a static dim times an integer.
+def _integer_coordinates(value: np.ndarray) -> bool:
+    """Whether every downsampling scale is 1/2^n exactly: x / scale is then the integer x * 2^n, in float too.
 
-    An integer ratio is exactly representable, and onnxruntime derives the scale of a sized Resize as
-    size / dim, the same value: the same output size and the same coordinate mapping.
+    Every nearest_mode picks an integer as it is, so Resize-10's rounding (up, when downsampling) picks the same.
+    """
+    flat = value.reshape(-1).astype(np.float64)
+    down = flat[flat < 1]
+    if down.size == 0 or bool(np.any(down <= 0)):
+        return False
+    inverse = 1.0 / down
+    return bool(np.all((inverse == np.floor(inverse)) & (np.frexp(inverse)[0] == 0.5)))
+
+
+# -- nearest picks, axis by axis -----------------------------------------------------------------------
+
+#: The coordinate modes whose nearest picks :func:`_picks` computes.
+_PICKED_MODES = ("asymmetric", "half_pixel", "pytorch_half_pixel")
+
+
+def _picks(size: int, dim: int, scale: Fraction, scale32: np.float32, ctm: str, rounding: str
+           ) -> tuple[np.ndarray, np.ndarray]:
+    """The input index each output index of one axis picks: exactly (the spec) and in float32 (onnxruntime).
+
+    ``scale``: the scale as the spec has it (a sized Resize: size / dim); ``scale32``: the float32
+    scale onnxruntime computes with. ``rounding`` is a nearest_mode, or ``simple``: Resize-10's
+    (down when upsampling, up when downsampling). Both are clamped to the axis, as onnxruntime does.
+    """
+    x = np.arange(size, dtype=np.int64)
+    num, den = scale.numerator, scale.denominator
+    # exact: the original coordinate as a fraction n / d with d > 0
+    if ctm == "asymmetric":
+        n, d = x * den, np.full_like(x, num)
+    else:  # (x + 1/2) / scale - 1/2 = ((2x + 1) * den - num) / (2 * num)
+        n, d = (2 * x + 1) * den - num, np.full_like(x, 2 * num)
+        if ctm == "pytorch_half_pixel" and size <= 1:
+            n = np.zeros_like(x)
+    floor = np.floor_divide(n, d)
+    rem2 = 2 * (n - floor * d)  # twice the fraction, times d
+    x32 = x.astype(np.float32)
+    if ctm == "asymmetric":
+        f = x32 / scale32
+    else:
+        f = (x32 + np.float32(0.5)) / scale32 - np.float32(0.5)
+        if ctm == "pytorch_half_pixel" and size <= 1:
+            f = np.zeros_like(f)
+    f_floor = np.floor(f)
+    half = (f - f_floor) == np.float32(0.5)
+    if rounding == "simple":
+        rounding = "ceil" if scale < 1 else "floor"
+    if rounding == "floor":
+        exact, fast = floor, f_floor
+    elif rounding == "ceil":
+        exact, fast = floor + (rem2 > 0), np.ceil(f)
+    elif rounding == "round_prefer_ceil":
+        exact, fast = floor + (rem2 >= d), np.where(half, f_floor + 1, np.round(f))
+    else:  # round_prefer_floor
+        exact, fast = floor + (rem2 > d), np.where(half, f_floor, np.round(f))
+    return np.clip(exact, 0, dim - 1), np.clip(fast.astype(np.int64), 0, dim - 1)
+
+
+def _same_picks(em: Emitter, node: onnx.NodeProto, dims: list[int], scales: list[tuple[Fraction, np.float32]]
+                ) -> None:
+    """Refuse unless Resize-10 (asymmetric, its rounding) picks what ``node`` picks on every resized axis.
+
+    ``dims``: the input's static dims; ``scales``: per axis, the scale as the spec has it and the
+    float32 scale Resize-10 gets. Compared exactly and in float32, output index by output index.
+    """
+    ctm = str(attribute_value(node, "coordinate_transformation_mode") or "half_pixel")
+    rounding = str(attribute_value(node, "nearest_mode") or "round_prefer_floor")
+    if ctm not in _PICKED_MODES:
+        em.refuse(f"coordinate_transformation_mode={ctm!r}, and Resize-10 maps x to x / scale (only "
+                  "coordinate_transformation_mode='asymmetric' means the same)")
+    for axis, (dim, (scale, scale32)) in enumerate(zip(dims, scales, strict=True)):
+        if scale == 1:
+            continue
+        size = int(np.floor(np.float32(dim) * scale32))
+        theirs = _picks(size, dim, scale, scale32, ctm, rounding)
+        ours = _picks(size, dim, Fraction(float(scale32)), scale32, "asymmetric", "simple")
+        for mine, other in ((ours[0], theirs[0]), (ours[1], theirs[1]), (ours[0], ours[1])):
+            wrong = np.flatnonzero(mine != other)
+            if wrong.size:
+                i = int(wrong[0])
+                em.refuse(f"on axis {axis} ({dim} -> {size}) its nearest picks ({ctm}, {rounding}) differ from "
+                          f"Resize-10's (asymmetric, rounding {'up' if scale < 1 else 'down'}): output index {i} "
+                          f"takes input index {int(theirs[0][i])}, Resize-10's {int(ours[0][i])}")
+
+
+def _scales_of_sizes(em: Emitter, data: str, sizes: str, mode: str) -> tuple[str, list[Fraction], list[int] | None]:
+    """Constant scales that give exactly ``sizes``: the input's dims, or static dims times or divided by integers.
+
+    Returns the scales' name, each axis's scale as the spec has it (size / dim), and the input's dims
+    when every resized one is static. onnxruntime derives the scale of a sized Resize as
+    float(size) / float(dim), the same float32 as the constant made here: the same output size and
+    coordinate mapping; ``linear`` needs that float32 to be the ratio exactly (an integer, or 1/2^n).
     """
     entries = em.facts.shape_entries(sizes)
     dims = em.dims(data)
-    if entries is None or dims is None or len(entries) != len(dims):
-        em.refuse(f"it is sized by input 'sizes' ({sizes!r}), Resize-10 takes scales only, and the sizes are not "
-                  "known in terms of the input's dims (make the input's resized dims static)")
-    ratios = []
+    if dims is None:
+        em.refuse(f"it is sized by input 'sizes' ({sizes!r}), Resize-10 takes scales only, and the rank of the input "
+                  f"{data!r} is unknown; {ADD_SHAPES}")
+    if entries is None or len(entries) != len(dims):
+        em.refuse(f"it is sized by input 'sizes' ({sizes!r}), Resize-10 takes constant scales only, and the sizes are "
+                  f"computed at run time; {MAKE_CONSTANT}")
+    ratios: list[Fraction] = []
     for k, (entry, dim) in enumerate(zip(entries, dims, strict=True)):
         if entry == (data, k) or (isinstance(entry, int) and entry == dim):
-            ratios.append(1.0)
-        elif isinstance(entry, int) and dim and entry % dim == 0:
-            ratios.append(float(entry // dim))
-        else:
-            em.refuse(f"it is sized by input 'sizes' ({sizes!r}) and size {k} is not the input's dim {k} times a "
-                      "constant integer (Resize-10 takes scales only; make that dim static)")
-    return em.const(np.array(ratios, dtype=np.float32), "scales")
+            ratios.append(Fraction(1))
+            continue
+        if not isinstance(entry, int):
+            em.refuse(f"it is sized by input 'sizes' ({sizes!r}), Resize-10 takes constant scales only, and the size "
+                      f"of axis {k} is computed at run time; {MAKE_CONSTANT}")
+        if dim is None:
+            em.refuse(f"it is sized by input 'sizes' ({sizes!r}) and resizes axis {k} to {entry} while the input's "
+                      f"axis {k} is dynamic, and Resize-10 takes scales only (the scale is {entry} / that dim); "
+                      f"{ADD_SHAPES}")
+        if dim == 0 or entry == 0 or (entry % dim and dim % entry):
+            em.refuse(f"it is sized by input 'sizes' ({sizes!r}) and resizes axis {k} from {dim} to {entry}, not by "
+                      "an integer factor or divisor: Resize-10 takes scales only, and no float scale gives that "
+                      "size and that coordinate mapping exactly")
+        ratio = Fraction(entry, dim)
+        scale32 = np.float32(entry) / np.float32(dim)
+        if int(np.float32(dim) * scale32) != entry or int(dim * Fraction(float(scale32))) != entry:
+            em.refuse(f"it is sized by input 'sizes' ({sizes!r}) and resizes axis {k} from {dim} to {entry}, and "
+                      f"Resize-10's scale {float(scale32)!r} gives another size")
+        if mode != "nearest" and Fraction(float(scale32)) != ratio:
+            em.refuse(f"it is sized by input 'sizes' ({sizes!r}) and resizes axis {k} from {dim} to {entry} "
+                      f"({mode}): the scale {ratio} has no exact float32, and Resize-10 takes scales only")
+        ratios.append(ratio)
+    scales = np.array([np.float32(r.numerator) / np.float32(r.denominator) for r in ratios], dtype=np.float32)
+    static = [d for d in dims if d is not None]
+    return em.const(scales, "scales"), ratios, static if len(static) == len(dims) else None
 
 
 @adapter("Resize", 11, DOWN)
 def resize_11_10(em: Emitter, step: Step, direction: str) -> None:
-    """Resize-11 → Resize-10 when it uses Resize-10's settings: scales given, asymmetric, floor/ceil nearest."""
+    """Resize-11 → Resize-10 when it computes what Resize-10 does: the same scales, coordinates and nearest picks.
+
+    The scales are constant, or sizes that are static dims times or divided by integers. Nearest
+    picks are compared output index by output index where the resized dims are static (exactly and
+    in float32, :func:`_same_picks`); else by rule: asymmetric with the rounding Resize-10 has (down
+    on upsampled axes, up on downsampled ones), any rounding where every coordinate is an integer
+    (:func:`_integer_coordinates`), or half-pixel integer upsampling (:func:`_rounds_like_floor`).
+    """
     node = generic.copy_of(em.node)
     mode = str(attribute_value(node, "mode") or "nearest")
     if mode not in ("nearest", "linear"):
         em.refuse(f"mode={mode!r}; Resize-10 has nearest and linear only")
+    data = node.input[0]
     scales = node.input[2] if len(node.input) > 2 else ""
+    ratios: list[Fraction] | None = None
+    dims: list[int] | None = None
     if len(node.input) > 3 and node.input[3]:
-        scales = _scales_of_sizes(em, node.input[0], node.input[3])
+        scales, ratios, dims = _scales_of_sizes(em, data, node.input[3], mode)
     if not scales:
         em.refuse("it has no scales; Resize-10 needs them")
-    if mode == "nearest" and _rounds_like_floor(em, node, scales):
-        pass
+    value = em.constant(scales)
+    if mode == "nearest" and value is not None and value.size:
+        flat = value.reshape(-1).astype(np.float32)
+        if dims is None:
+            known = em.dims(data)
+            resized = [k for k in range(flat.size) if flat[k] != 1]
+            if known is not None and len(known) == flat.size and all(known[k] is not None for k in resized):
+                dims = [1 if d is None else d for d in known]
+        if dims is not None and len(dims) == flat.size:
+            spec = ratios or [Fraction(float(s)) for s in flat]
+            _same_picks(em, node, dims, list(zip(spec, flat, strict=True)))
+        elif not _rounds_like_floor(em, node, scales):
+            _require(em, node, "coordinate_transformation_mode", "asymmetric", "half_pixel", "maps x to x / scale")
+            if not _integer_coordinates(flat):
+                wanted = _nearest_mode(em, scales, "going down")
+                _require(em, node, "nearest_mode", wanted, "round_prefer_floor",
+                         f"rounds {'down' if wanted == 'floor' else 'up'} on these scales")
     else:
         _require(em, node, "coordinate_transformation_mode", "asymmetric", "half_pixel", "maps x to x / scale")
-    if mode == "nearest" and attribute_value(node, "coordinate_transformation_mode") in (None, "asymmetric"):
-        wanted = _nearest_mode(em, scales, "going down")
-        _require(em, node, "nearest_mode", wanted, "round_prefer_floor",
-                 f"rounds {'down' if wanted == 'floor' else 'up'} on these scales")
+        if mode == "nearest":
+            _nearest_mode(em, scales, "going down")  # refuses: the scales are not a constant
     _require(em, node, "exclude_outside", 0, 0, "weighs every sampled position")
     for name in ("coordinate_transformation_mode", "nearest_mode", "exclude_outside", "cubic_coeff_a",
                  "extrapolation_value"):
@@ -168,8 +304,17 @@ def resize_13(em: Emitter, step: Step, direction: str) -> None:
 
 @lowering("Resize", 10)
 def resize_10_lowering(em: Emitter) -> None:
-    """Resize-10 → Upsample (its meaning at 9: the same inputs, modes and coordinate mapping)."""
+    """Resize-10 → Upsample (its meaning at 9: the same inputs, modes and coordinate mapping), for scales >= 1.
+
+    Upsample takes scales of 1 or more only (its schema; onnxruntime refuses others): constant scales
+    that downsample an axis are refused.
+    """
     node = em.node
+    value = em.constant(node.input[1]) if len(node.input) > 1 and node.input[1] else None
+    if value is not None and value.size and bool(np.any(value.reshape(-1) < 1)):
+        axis = int(np.flatnonzero(value.reshape(-1) < 1)[0])
+        em.refuse(f"it downsamples axis {axis} (scale {float(value.reshape(-1)[axis])!r}), and below opset 10 "
+                  "Resize is Upsample, which takes scales of 1 or more only")
     mode = attribute_value(node, "mode")
     em.op("Upsample", list(node.input), list(node.output), mode=None if mode is None else str(mode))
 
