@@ -93,7 +93,8 @@ def test_sizes_that_are_dims_times_or_divided_by_integers_convert_exactly(
         model = sized(dims, sizes, ctm=ctm, rounding=rounding)
     out = exact(model, 10, shape)
     got = scales_of(out)
-    want = [float(np.float32(s) / np.float32(d)) if isinstance(s, int) else 1.0 for s, d in zip(sizes, shape, strict=True)]
+    want = [float(np.float32(s) / np.float32(d)) if isinstance(s, int) else 1.0
+            for s, d in zip(sizes, shape, strict=True)]
     assert got == want
 
 
