@@ -21,7 +21,7 @@ __all__ = ["SCHEMA_VERSION", "Crossing", "Report", "Rewrite", "RewriteStatus", "
 
 #: The version of the report's JSON layout: the major number changes when a field is removed or
 #: changes meaning, the minor one when fields are added.
-SCHEMA_VERSION = "2.3"
+SCHEMA_VERSION = "2.4"
 
 #: ``field(metadata=...)`` key: a field that is working data, not part of the JSON record.
 INTERNAL = "lowerer_internal"
@@ -239,6 +239,11 @@ class Report:
     #: ``for_backend`` (``--for``): the backend, the nodes its profile named, what was rewritten, what was
     #: left (with ``allow_fallback``), and the placement: proven, or per the profile, not proven here.
     backend: dict[str, Any] | None = None
+    #: The whole-model budget propagated from the rewrites (``lowerer convert`` records it, and in the model's
+    #: metadata where it is not exact; ``lowerer verify --budget-from`` reads it), or None.
+    model_budget: dict[str, Any] | None = None
+    #: The nodes a refused conversion could not convert: node, op, version, scope and refusal of each.
+    refused: list[dict[str, Any]] | None = None
 
     def __iter__(self) -> Iterator[Rewrite]:
         return iter(self.rewrites)
@@ -280,6 +285,8 @@ class Report:
             "model_checks": dict(self.model_checks),
             "optimization": self.optimization,
             "backend": self.backend,
+            "model_budget": self.model_budget,
+            "refused": self.refused,
             "unverified_reasons": dict(Counter(r.reason for r in self.rewrites if r.status == "unverified")),
         }
 

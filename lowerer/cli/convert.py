@@ -26,6 +26,8 @@ from lowerer.errors import one_line
 from lowerer.progress import Progress
 
 if TYPE_CHECKING:
+    import onnx
+
     from lowerer.model_io import InputModel, OutputPlan
     from lowerer.options import ConvertOptions
     from lowerer.report import Report
@@ -101,11 +103,26 @@ def _convert_and_write(source: InputModel, plan: OutputPlan, options: ConvertOpt
         report = result.report
         progress(Progress("write", 0, 1, "files"))
         assert isinstance(result.model, onnx.ModelProto)  # a path in, a ModelProto out
+        _record_budget(result.model, report, options)
         write_outputs(plan, result.model, report.to_json(command=command) if plan.report is not None else None)
         progress(Progress("write", 1, 1, "files"))
     finally:
         progress.close()
     return report
+
+
+def _record_budget(model: onnx.ModelProto, report: Report, options: ConvertOptions) -> None:
+    """Record the whole-model budget of the rewrites: in the report, and (unless exact) in the model's metadata.
+
+    ``lowerer verify`` then judges the pair as ``--verify-model`` would (see :mod:`lowerer.cli.budgets`).
+    """
+    from lowerer.cli.budgets import record_in_model, to_record
+    from lowerer.verification.propagated import model_budget
+
+    if not options.converts:
+        return
+    budget = model_budget(report.rewrites, options.max_ulp, options.exact)
+    report.model_budget = to_record(record_in_model(model, budget))
 
 
 def _check_save_inputs(path: Path, reads: list[Path], writes: list[Path]) -> None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -18,18 +19,24 @@ from lowerer.cli.written_paths import check_written_path
 if TYPE_CHECKING:
     import onnx
 
+    from lowerer.verification.propagated import ModelBudget
     from lowerer.verification.whole import ModelCheckOptions, ModelComparison
 
 __all__ = ["verify"]
 
 
-@in_order("first_path", "second_path", "report_path", "seed", "providers", "atol", "rtol", "max_ulp", "input_shapes",
-          "val_range", "load_inputs", "save_inputs", "allow_unverified", "verbose", "quiet")
+@in_order("first_path", "second_path", "report_path", "budget_from", "exact", "seed", "providers", "atol", "rtol",
+          "max_ulp", "input_shapes", "val_range", "load_inputs", "save_inputs", "allow_unverified", "verbose", "quiet")
 @click.command(epilog=EPILOG)
 @click.argument("first_path", metavar="A.onnx", type=click.Path(path_type=Path))
 @click.argument("second_path", metavar="B.onnx", type=click.Path(path_type=Path))
 @OutputArgs.options("report_path", helps={"report_path": "Write a JSON report (the convert report's schema): "
                                                            "the comparison under summary.model_check."})
+@click.option("--budget-from", "budget_from", type=click.Path(path_type=Path), default=None, metavar="R.json",
+              help="Judge float outputs by the whole-model budget recorded in this convert report (default: the "
+                   "one recorded in B's or A's metadata by lowerer convert; none: exact).")
+@VerificationArgs.options("exact", helps={"exact": "Ignore any budget lowerer recorded: float outputs must be "
+                                                   "bit-identical (unless --atol, --rtol or --max-ulp accept more)."})
 @VerificationArgs.options("seed", "providers")
 @ModelCheckArgs.options(*ModelCheckArgs.STEERING)
 @VerbosityArgs.options()
@@ -39,11 +46,14 @@ def verify(first_path: Path, second_path: Path, **values: Any) -> None:
 
     Inputs are generated (seeded; dynamic dims bound to 1, then 2; index-like integer inputs
     inside the range their Gather/OneHot/... allows) unless given with --load-inputs. Float
-    outputs are compared exactly unless --atol, --rtol or --max-ulp accept a difference;
-    integer and bool outputs always exactly. Prints one row per output: largest absolute and
-    relative difference, largest ulp distance, the share of mismatches and the worst value.
-    With --report R.json, writes the comparison as a report with convert's schema (also when
-    the outputs differ).
+    outputs are judged as convert --verify-model judged the pair when lowerer made it: by the
+    budget propagated from its rewrites, which convert records in the converted model's
+    metadata (or --budget-from R.json, its report); otherwise, or with --exact, exactly. --atol,
+    --rtol and --max-ulp accept more; integer and bool outputs are always exact. The first line
+    says which judgement was used. Prints one row per output: largest absolute and relative
+    difference, largest ulp distance, the share of mismatches and the worst value. With
+    --report R.json, writes the comparison as a report with convert's schema (also when the
+    outputs differ).
 
     Exit 0 when all outputs match, 1 when one differs or the models could not be run on the
     inputs (unless --allow-unverified), 2 when a model cannot be read or the two take
@@ -54,9 +64,14 @@ def verify(first_path: Path, second_path: Path, **values: Any) -> None:
 
     verification = VerificationArgs.take(values)
     report_path: Path | None = OutputArgs.take(values)["report_path"]
+    budget_from: Path | None = values.pop("budget_from")
+    if verification["exact"] and budget_from is not None:
+        raise click.UsageError("--exact ignores recorded budgets; it cannot go with --budget-from")
     seed = verification["seed"]
     options = ModelCheckArgs.settings(values)
     first, second = load_model(first_path), load_model(second_path)
+    budget, judged_by = _budget(first, second, (first_path, second_path), budget_from, verification["exact"])
+    options = dataclasses.replace(options, budget=budget)
     data_files = [p.parent / loc for p, m in ((first_path, first), (second_path, second))
                   for loc in external_data_locations(m)]
     reads = [first_path, second_path, *data_files, *options.load_inputs]
@@ -66,6 +81,8 @@ def verify(first_path: Path, second_path: Path, **values: Any) -> None:
     if report_path is not None:
         check_written_path(report_path, "--report", reads=reads, writes=[])
     names = (str(first_path), str(second_path))
+    if verbosity() >= 0:
+        click.echo(f"judged by: {judged_by}")
     progress = TerminalProgress()
     try:
         result = compare_models(ModelSource(first, first_path.parent.resolve(), names[0]),
@@ -77,6 +94,32 @@ def verify(first_path: Path, second_path: Path, **values: Any) -> None:
     if report_path is not None:
         write_report(report_path, result, first, second)
     _print_and_judge(result, options, names, seed)
+
+
+def _budget(first: onnx.ModelProto, second: onnx.ModelProto, paths: tuple[Path, Path], budget_from: Path | None,
+            exact: bool) -> tuple[ModelBudget | None, str]:
+    """The budget float outputs are judged by, and which it is in words (the line ``verify`` prints first).
+
+    ``--exact``: none. ``--budget-from R.json``: the report's. Else the one ``lowerer convert`` recorded
+    in B's metadata, or A's (a pair given the other way round); none there: exact.
+
+    Raises:
+        InputError: the report cannot be read, or a recorded budget is malformed.
+    """
+    from lowerer.cli.budgets import METADATA_KEY, from_model, from_report
+
+    if exact:
+        return None, "exact (--exact: any budget lowerer recorded is ignored)"
+    if budget_from is not None:
+        budget = from_report(budget_from)
+        return budget, f"the budget lowerer recorded in {budget_from}: {budget.describe()}"
+    for path, model in ((paths[1], second), (paths[0], first)):
+        recorded = from_model(model, str(path))
+        if recorded is not None:
+            return recorded, (f"the budget lowerer recorded in {path}'s metadata ({METADATA_KEY}): "
+                              f"{recorded.describe()}; --exact compares exactly")
+    return None, ("exact (neither model records a budget of lowerer's; convert records one where a rewrite is not "
+                  "exact, --budget-from R.json reads it from a convert report)")
 
 
 def write_report(path: Path, result: ModelComparison, first: onnx.ModelProto, second: onnx.ModelProto) -> None:
@@ -116,8 +159,10 @@ def _print_and_judge(result: ModelComparison, options: ModelCheckOptions, names:
 
     level = verbosity()
     if level >= 0 and result.outputs:
+        budget = "" if options.budget is None or options.budget.exact else ", and the recorded budget"
         click.echo(f"A: {names[0]}; B: {names[1]}; {len(result.input_sets)} input set(s), seed {seed}, on "
-                   f"{result.provider}; tolerance: {result.tolerance.describe()} (integer and bool outputs exact)")
+                   f"{result.provider}; tolerance: {result.tolerance.describe()}{budget} (integer and bool outputs "
+                   "exact)")
         for note in result.details.get("inputs", []):
             click.echo(f"inputs: {note}")
         for line in model_check_table([o.to_dict() for o in result.outputs], ("A", "B")):
