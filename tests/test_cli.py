@@ -238,3 +238,12 @@ def test_inspect_bad_input_exit_2(tmp_path: Path) -> None:
         assert code == 2, (path, stdout, stderr)
         assert len(stderr.splitlines()) == 1 and stderr.startswith("lowerer: error:")
         assert "Traceback" not in stdout + stderr
+
+
+def test_top_level_help_says_what_lowerer_does() -> None:
+    code, text, _ = _invoke(["--help"])
+    assert code == 0
+    for words in ("between opsets", "down or up, for every op", "function-body", "lowerings", "--for BACKEND",
+                  "verifying every rewrite in", "refused (exit 2)", "inspect", "verify", "targets"):
+        assert words in " ".join(text.split()), words
+    assert "Hardmax/Softmax/LogSoftmax" not in text

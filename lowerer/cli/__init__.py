@@ -56,11 +56,20 @@ class _Group(click.Group):
 @click.version_option(__version__, "--version", prog_name="lowerer")
 @VerbosityArgs.options()
 def main() -> None:
-    """Convert ONNX models between opsets and lower ops, verifying every rewrite.
+    r"""Convert ONNX models between opsets, exactly, verifying every rewrite in onnxruntime.
 
-    lowerer converts Hardmax/Softmax/LogSoftmax and ArgMax/ArgMin exactly across every opset
-    (up and down), decomposes Hardmax and GlobalMaxPool for backends that lack them, and runs
-    each rewrite before and after in onnxruntime, comparing the outputs exactly.
+    \b
+    convert  Take a model to another default-domain opset, down or up, for every op:
+             version steps, lowerings into ops the target has, function-body
+             expansions (e.g. LayerNormalization, Attention below their opsets),
+             decompositions (--decompose); --for BACKEND lowers for a runtime
+             (onnxruntime==1.16, cuda, tensorrt==8.6, coreml ...) and picks its opset.
+             Each rewrite runs before and after in onnxruntime, compared exactly
+             or within its documented budget; a node with no exact form is
+             refused (exit 2), never approximated.
+    inspect  A model at a glance, and what convert would do (a dry run).
+    verify   Run two models on the same inputs and compare every output.
+    targets  The runtimes --for knows, with the opset and IR version each loads.
     """
 
 
