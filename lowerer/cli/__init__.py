@@ -52,11 +52,8 @@ class _Group(click.Group):
         sys.exit(code if isinstance(code, int) else 0)
 
 
-@click.group(cls=_Group, epilog=EPILOG, context_settings={"help_option_names": ["-h", "--help"]})
-@click.version_option(__version__, "--version", prog_name="lowerer")
-@VerbosityArgs.options()
-def main() -> None:
-    r"""Convert ONNX models between opsets, exactly, verifying every rewrite in onnxruntime.
+#: ``lowerer --help``: what lowerer does, then each command in a line (``\b``: click keeps the lines as they are).
+_HELP = """Convert ONNX models between opsets, exactly, verifying every rewrite in onnxruntime.
 
     \b
     convert  Take a model to another default-domain opset, down or up, for every op:
@@ -71,6 +68,13 @@ def main() -> None:
     verify   Run two models on the same inputs and compare every output.
     targets  The runtimes --for knows, with the opset and IR version each loads.
     """
+
+
+@click.group(cls=_Group, help=_HELP, epilog=EPILOG, context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(__version__, "--version", prog_name="lowerer")
+@VerbosityArgs.options()
+def main() -> None:
+    """The ``lowerer`` group (its help is :data:`_HELP`)."""
 
 
 for _command in (convert.convert, inspect.inspect, verify.verify, targets.targets):
