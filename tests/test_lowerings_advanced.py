@@ -228,17 +228,18 @@ def test_scatter_reduction_none_and_add_crossing_18_to_16_stay_one_node() -> Non
     assert _ops(lowerer.convert(model, target_opset=13).model) == ["ScatterND"]
 
 
-@pytest.mark.parametrize(("op", "data", "indices", "updates", "axis", "needle"), [
-    ("ScatterElements", [3, 4], [[0, 2], [3, -1], [1, 2]], [3, 2], 1, "write some position twice"),
-    ("ScatterND", [4, 3], [[1], [-3]], [2, 3], None, "address some slice twice"),
-    ("ScatterElements", [3, 4], None, [2, 1], 0, "are not a constant"),
+@pytest.mark.parametrize(("op", "data", "indices", "updates", "axis"), [
+    ("ScatterElements", [3, 4], [[0, 2], [3, -1], [1, 2]], [3, 2], 1),  # writes a position twice
+    ("ScatterND", [4, 3], [[1], [-3]], [2, 3], None),  # addresses a slice twice
+    ("ScatterElements", [3, 4], None, [2, 1], 0),  # not a constant
 ])
-def test_scatter_reduction_refusals(op: str, data: list[int], indices: list[int] | None, updates: list[int],
-                                    axis: int | None, needle: str) -> None:
+def test_scatter_reduction_not_unique_constant_takes_the_loop(op: str, data: list[int], indices: list[int] | None,
+                                                              updates: list[int], axis: int | None) -> None:
+    """The Loop form (``test_lowerings_scatter_loop.py`` has its cases): exact, duplicates included."""
     model = _scatter_model(op, data, None if indices is None else np.array(indices), updates, 18, "max", axis)
-    with pytest.raises(ConversionError) as info:
-        lowerer.convert(model, target_opset=13)
-    message = str(info.value)
-    assert f"node 'sc' ({op}-18" in message and "opset 13" in message and "reduction='max'" in message
-    assert needle in message and "writes no position twice" in message
-    assert "the lowest opset this node can be taken to is 18" in message
+    result = lowerer.convert(model, target_opset=13)
+    assert "Loop" in _ops(result.model)
+    feeds = _feeds({"d": data, "u": updates}, F32)
+    if indices is None:
+        feeds = [{**f, "i": np.array([[2], [2]], dtype=np.int64)} for f in feeds]
+    _check_same(model, result.model, feeds)
