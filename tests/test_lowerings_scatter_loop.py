@@ -19,6 +19,7 @@ from onnx import TensorProto, helper, numpy_helper
 
 import lowerer
 from lowerer.errors import ConversionError
+from lowerer.verification.compare import EXPANSION_ULPS
 
 _ELEM = {np.dtype(np.float32): TensorProto.FLOAT, np.dtype(np.float64): TensorProto.DOUBLE,
          np.dtype(np.int64): TensorProto.INT64, np.dtype(np.int32): TensorProto.INT32,
@@ -212,3 +213,60 @@ def test_refusals(op: str, dtype: type, reduction: str, needle: str) -> None:
     message = str(info.value)
     assert f"node 'sc' ({op}-18" in message and "opset 13" in message and needle in message
     assert "\n" not in message
+
+
+def _routing_model(opset: int) -> onnx.ModelProto:
+    """Mixture-of-experts routing as exporters write it: TopK's indices into scatter reductions, and a
+    three-operand Einsum. ``weights = scatter_reduce(zeros, 1, topi, topv, "sum")``, ``counts =
+    index_add(zeros, 0, topi.flatten(), ones)`` (ScatterND add), ``peak = scatter_reduce(-inf, 0,
+    topi.flatten(), topv.flatten(), "amax")``, ``mixed = einsum("te,td,edf->tf", weights, x, w)``."""
+    vi = helper.make_tensor_value_info
+    f32 = TensorProto.FLOAT
+    tokens, experts, width, out = 6, 4, 3, 2
+    inits = [numpy_helper.from_array(np.zeros((tokens, experts), np.float32), "zeros_te"),
+             numpy_helper.from_array(np.zeros((experts,), np.float32), "zeros_e"),
+             numpy_helper.from_array(np.full((experts,), -np.inf, np.float32), "ninf_e"),
+             numpy_helper.from_array(np.ones((tokens * 2,), np.float32), "ones"),
+             numpy_helper.from_array(np.array([2], np.int64), "k"),
+             numpy_helper.from_array(np.array([-1], np.int64), "flat"),
+             numpy_helper.from_array(np.array([-1, 1], np.int64), "column"),
+             numpy_helper.from_array(np.random.default_rng(0).standard_normal((experts, width, out)).astype(np.float32),
+                                     "w")]
+    nodes = [
+        helper.make_node("TopK", ["logits", "k"], ["topv", "topi"], axis=1),
+        helper.make_node("ScatterElements", ["zeros_te", "topi", "topv"], ["weights"], axis=1, reduction="add"),
+        helper.make_node("Reshape", ["topi", "flat"], ["flat_i"]),
+        helper.make_node("Reshape", ["topv", "flat"], ["flat_v"]),
+        helper.make_node("Reshape", ["topi", "column"], ["rows_i"]),
+        helper.make_node("ScatterND", ["zeros_e", "rows_i", "ones"], ["counts"], reduction="add"),
+        helper.make_node("ScatterElements", ["ninf_e", "flat_i", "flat_v"], ["peak"], axis=0, reduction="max"),
+        helper.make_node("Einsum", ["weights", "x", "w"], ["mixed"], equation="te,td,edf->tf"),
+    ]
+    graph = helper.make_graph(
+        nodes, "routing", [vi("logits", f32, [tokens, experts]), vi("x", f32, [tokens, width])],
+        [vi("weights", f32, [tokens, experts]), vi("counts", f32, [experts]), vi("peak", f32, [experts]),
+         vi("mixed", f32, [tokens, out])], initializer=inits)
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)],
+                             ir_version=10 if opset >= 21 else 8)
+
+
+@pytest.mark.parametrize("opset", [18, 23])
+def test_routing_with_top_k_indices(opset: int) -> None:
+    """Converted to 17, 13 and 11: the scatters with TopK's indices become Loops (at 17 only ``amax``), the Einsum
+    MatMuls below 12; every output equal to the original's (the Einsum within the expansion budget), ties among
+    the logits too."""
+    model = _routing_model(opset)
+    rng = np.random.default_rng(1)
+    feeds = [{"logits": rng.standard_normal((6, 4)).astype(np.float32),
+              "x": rng.standard_normal((6, 3)).astype(np.float32)} for _ in range(4)]
+    feeds.append({"logits": np.tile(np.array([[1, 1, 0, 0]], np.float32), (6, 1)), "x": feeds[0]["x"]})
+    want = ort_run(model, feeds)
+    for target in (17, 13, 11):
+        converted = lowerer.convert(model, target_opset=target).model
+        ops = [n.op_type for n in converted.graph.node]
+        assert ("Einsum" in ops) == (target >= 12) and ops.count("Loop") == (1 if target >= 16 else 3), ops
+        for got_set, want_set in zip(ort_run(converted, feeds), want, strict=True):
+            for got, expected in zip(got_set[:3], want_set[:3], strict=True):
+                result = compare(got, expected)
+                assert result.same and result.exact, result.detail
+            assert compare(got_set[3], want_set[3], max_ulp=EXPANSION_ULPS[np.dtype(np.float32)]).same
