@@ -222,13 +222,23 @@ def _attr_int(node: onnx.NodeProto, name: str, default: int) -> int:
 def _into_domain(canon: _Canon, feeds: dict[str, np.ndarray]) -> None:
     """Generated values moved into the original op's domain, where random ones would make it fail.
 
-    Indices of Gather/GatherElements are folded into ``[-dim, dim)`` of their axis, an integer divisor
+    Indices of Gather/GatherElements/ScatterElements are folded into ``[-dim, dim)`` of their axis (each
+    last-axis column of GatherND/ScatterND indices into its data dim's), an integer divisor
     of Mod/Div that is 0 (or -1 under the type's minimum, which overflows) becomes 1, and a shape for
     ConstantOfShape becomes small and non-negative. The values stay seeded and tie-heavy otherwise.
     """
     node = canon.original
     op, ins = node.op_type, list(node.input)
-    if op in ("Gather", "GatherElements") and len(ins) > 1 and ins[0] in feeds and ins[1] in feeds:
+    if op in ("GatherND", "ScatterND") and len(ins) > 1 and ins[0] in feeds and ins[1] in feeds:
+        data, idx = feeds[ins[0]], feeds[ins[1]]
+        batch = _attr_int(node, "batch_dims", 0) if op == "GatherND" else 0
+        k = idx.shape[-1] if idx.ndim else 0
+        if idx.dtype.kind in "iu" and 0 < k <= data.ndim - batch:
+            dims = np.array(data.shape[batch:batch + k], np.int64)
+            if (dims > 0).all():
+                feeds[ins[1]] = (np.mod(idx.astype(np.int64), 2 * dims) - dims).astype(idx.dtype)
+    elif op in ("Gather", "GatherElements", "ScatterElements") and len(ins) > 1 and ins[0] in feeds \
+            and ins[1] in feeds:
         data, idx = feeds[ins[0]], feeds[ins[1]]
         axis = _attr_int(node, "axis", 0)
         axis = axis + data.ndim if axis < 0 else axis
