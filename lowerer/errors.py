@@ -69,12 +69,16 @@ class ConversionError(LowererError):
     Attributes:
         node: the node that cannot be converted, when one is to blame.
         scope: where that node lives.
+        refused: every node of the model the conversion walk could not convert (node, op_type,
+            version, scope, refusal), the first being this error's; empty when the refusal is not a
+            node's (or came from elsewhere).
     """
 
     def __init__(self, message: str, *, node: object = None, scope: str | None = None) -> None:
         super().__init__(message)
         self.node = node
         self.scope = scope
+        self.refused: list[dict[str, Any]] = []
 
 
 class VerificationError(LowererError):

@@ -9,7 +9,9 @@ from __future__ import annotations
 
 import gc
 import logging
+from collections import Counter
 from collections.abc import Callable
+from typing import Any
 
 import numpy as np
 import onnx
@@ -65,6 +67,8 @@ class ConversionWalk:
         self.engine = StepEngine(REGISTRY, self.names, self.shapes, self.constants, request, self.used,
                                  picker, picked_ops)  # picker: --for BACKEND (lowerer.backends)
         self._gates: dict[int, NodeGate] = {}
+        #: The nodes that cannot be converted, in the order met (see :meth:`refusal`).
+        self.refused: list[tuple[ConversionError, dict[str, Any]]] = []
         self.strict = RewriteChecker()
         self.report = Report(target_opset=target,
                              decompose=tuple(sorted({*request.decompose, *(o.lower() for o in request.expand)})))
@@ -106,7 +110,10 @@ class ConversionWalk:
                 if skip is None:  # per op: every node of it stays as it is (see StepEngine.leaves)
                     skip = untouched[op_type] = engine.leaves(node, source, target)
                 if not skip:
-                    replacement = self.node(node, index, scope, source, target, new_constants)
+                    try:
+                        replacement = self.node(node, index, scope, source, target, new_constants)
+                    except ConversionError as e:  # noted; the walk goes on to find every node that refuses
+                        self._refused(e, node, index, scope, source)
                 if replacement is None and source != target:  # relabeled: does onnxruntime still take its types?
                     self._relabeled(node, scope, source, target, narrowing)
             elif node.attribute:
@@ -136,6 +143,32 @@ class ConversionWalk:
                 # Below IR 4 every initializer must be a graph input, and a subgraph's inputs are fixed
                 # by its op (If branches have none): IR 4 lifts that and means the same otherwise.
                 self.model.ir_version = 4
+
+    def _refused(self, e: ConversionError, node: onnx.NodeProto, index: int, scope: Scope, source: int) -> None:
+        """Note a node that cannot be converted; verification stops (the conversion is refused anyway).
+
+        The walk goes on, the node left as it is, so that the refusal can name every node that refuses
+        (:meth:`refusal`).
+        """
+        self.verifier = None
+        self.refused.append((e, {"node": node.name or f"{node.op_type}#{index}", "op_type": node.op_type,
+                                 "version": since_version(node.op_type, source), "scope": scope.path,
+                                 "refusal": str(e)}))
+
+    def refusal(self) -> ConversionError | None:
+        """The walk's refusal: the first node's, the others counted by op (each is in ``refused``); None if none."""
+        if not self.refused:
+            return None
+        first = self.refused[0][0]
+        more = [r for _, r in self.refused[1:]]
+        message = str(first)
+        if more:
+            by_op = Counter(f"{r['op_type']}-{r['version']}" for r in more)
+            ops = ", ".join(f"{op} x{n}" if n > 1 else op for op, n in by_op.most_common())
+            message += f" (and {len(more)} more node{'s' if len(more) > 1 else ''} that cannot be converted: {ops})"
+        error = ConversionError(message, node=first.node, scope=first.scope)
+        error.refused = [r for _, r in self.refused]
+        return error
 
     def _relabeled(self, node: onnx.NodeProto, scope: Scope, source: int, target: int,
                    narrowing: dict[str, object]) -> None:
@@ -426,6 +459,9 @@ def run_pipeline(
     finally:
         if collecting:
             gc.enable()
+    refused = run.refusal()
+    if refused is not None:
+        raise refused
     if target_opset is not None:
         _set_default_opset(model.opset_import, target_opset, add=True)
         for function in model.functions:

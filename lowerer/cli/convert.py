@@ -28,6 +28,7 @@ from lowerer.progress import Progress
 if TYPE_CHECKING:
     import onnx
 
+    from lowerer.errors import ConversionError
     from lowerer.model_io import InputModel, OutputPlan
     from lowerer.options import ConvertOptions
     from lowerer.report import Report
@@ -44,7 +45,7 @@ __all__ = ["convert"]
 @OutputArgs.options("output_path", "report_path", "external_data")
 @ConversionArgs.options()
 @VerificationArgs.options()
-@ModelCheckArgs.options()
+@ModelCheckArgs.options("verify_model", "optimize", *ModelCheckArgs.STEERING)
 @VerbosityArgs.options()
 @guard
 def convert(input_path: Path, **values: Any) -> None:
@@ -87,11 +88,13 @@ def _convert_and_write(source: InputModel, plan: OutputPlan, options: ConvertOpt
     import onnx
 
     from lowerer.api import run
-    from lowerer.errors import VerificationError
+    from lowerer.errors import ConversionError, VerificationError
     from lowerer.model_io import write_outputs
+    from lowerer.opsets import default_opset
 
     progress = TerminalProgress()
     command = ["lowerer", *sys.argv[1:]]
+    source_opset = default_opset(source.model.opset_import)  # the model is converted in place
     try:
         try:
             result = run(source, dataclasses.replace(options, progress=progress if progress.enabled else None))
@@ -99,6 +102,12 @@ def _convert_and_write(source: InputModel, plan: OutputPlan, options: ConvertOpt
             if plan.report is not None and e.report is not None:
                 write_outputs(plan, None, e.report.to_json(command=command))
                 e.args = (f"{e.args[0]}; the report is in {plan.report}",)
+            raise
+        except ConversionError as e:
+            if plan.report is not None:
+                refused = _refusal_report(e, source_opset, options)
+                write_outputs(plan, None, refused.to_json(command=command))
+                e.args = (f"{e.args[0]}; the report (each node that cannot be converted) is in {plan.report}",)
             raise
         report = result.report
         progress(Progress("write", 0, 1, "files"))
@@ -109,6 +118,23 @@ def _convert_and_write(source: InputModel, plan: OutputPlan, options: ConvertOpt
     finally:
         progress.close()
     return report
+
+
+def _refusal_report(error: ConversionError, source_opset: int | None, options: ConvertOptions) -> Report:
+    """The report of a refused conversion: every node that cannot be converted (``summary.refused``), nothing else."""
+    from lowerer.reach import limit
+    from lowerer.report import Report
+
+    target = options.target_for(source_opset)
+    refused = list(error.refused)
+    if not refused:  # a refusal from outside the walk (the backend's, the output gate's): as its message names it
+        found = limit(target or 0, str(error))
+        refused = [{"node": found["node"], "op_type": found["op_type"], "version": found["version"],
+                    "scope": found["scope"], "refusal": str(error)}]
+    count = len(refused)
+    return Report(source_opset=source_opset, target_opset=target, decompose=tuple(sorted(options.decompose)),
+                  notes=[f"refused: {count} node{'s' if count != 1 else ''} cannot be converted (summary.refused); "
+                         "nothing was written"], refused=refused)
 
 
 def _record_budget(model: onnx.ModelProto, report: Report, options: ConvertOptions) -> None:

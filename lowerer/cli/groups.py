@@ -219,6 +219,10 @@ class ModelCheckArgs(ArgGroup):
         "save_inputs": (("--save-inputs", "save_inputs"), {
             "default": None, "metavar": "OUT.npz", "type": click.Path(path_type=Path),
             "help": "Write the inputs the check ran on (for --load-inputs)."}),
+        "budget_from": (("--budget-from", "budget_from"), {
+            "type": click.Path(path_type=Path), "default": None, "metavar": "R.json",
+            "help": "Judge float outputs by the whole-model budget recorded in this convert report (default: the "
+                    "one lowerer convert recorded in B's or A's metadata; none: exact)."}),
         "allow_unverified": (("--allow-unverified",), {
             "is_flag": True,
             "help": "A whole-model check that cannot run is a warning, not a failure (exit 0)."}),

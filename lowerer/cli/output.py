@@ -20,7 +20,7 @@ if TYPE_CHECKING:
     from lowerer.report import Report
 
 __all__ = ["TerminalProgress", "describe_changes", "informational_warning", "model_check_table",
-           "print_convert_summary"]
+           "print_convert_summary", "short_reason"]
 
 
 def _echo(text: str, err: bool = True) -> None:
@@ -87,6 +87,46 @@ def _without_model_advice(reason: str) -> str:
     return "; ".join(clauses) or reason
 
 
+#: onnxruntime's error text (``[ONNXRuntimeError] : 9 : NOT_IMPLEMENTED : ...``, with or without the prefix).
+_ORT_ERROR = re.compile(r"(?:\[ONNXRuntimeError\]\s*:\s*)?\b\d+\s*:\s*([A-Z][A-Z_]+)\s*:\s*(.*)")
+_NO_KERNEL = re.compile(r"Could not find an implementation for (\w+)\((\d+)\)")
+_BAD_TYPE = re.compile(r"Type \((\w+\(\w+\))\) of (?:input|output) parameter \(.*?\) of operator \((\w+)\)")
+_NO_OP = re.compile(r"No Op registered for (\w+) with domain_version of (\d+)")
+_RUN_FAILED = re.compile(r"while running (\w+) node\..*?Status Message:\s*(.*)")
+#: The longest clause an "unverified" line shows (the report keeps the whole reason).
+_SHORT = 120
+
+
+def short_reason(reason: str) -> str:
+    """Why rewrites went unverified, in one short clause: the reason's first, onnxruntime's own text summed up.
+
+    ``onnxruntime cannot run the replacement: 9 : NOT_IMPLEMENTED : Could not find an implementation
+    for Reshape(19) node ...`` becomes ``onnxruntime cannot run the replacement (no kernel for
+    Reshape-19)``; the whole reason is in the report (``unverified_reasons``, each rewrite's ``reason``).
+    """
+    clause = reason.split("; ", 1)[0].strip()
+    found = _ORT_ERROR.search(clause)
+    if found is not None:
+        head = clause[:found.start()].rstrip(" :(")
+        code, text = found.group(1), found.group(2).rstrip(")")
+        kernel, typed, no_op, run = (p.search(text) for p in (_NO_KERNEL, _BAD_TYPE, _NO_OP, _RUN_FAILED))
+        if kernel:
+            what = f"no kernel for {kernel.group(1)}-{kernel.group(2)}"
+        elif typed:
+            what = f"its {typed.group(2)} takes no {typed.group(1)}"
+        elif no_op:
+            what = f"no {no_op.group(1)} at opset {no_op.group(2)}"
+        elif run:
+            message = re.split(r"(?<=[.,])\s", run.group(2), maxsplit=1)[0].rstrip(".,")
+            what = f"{run.group(1)} failed: {message}"
+        else:
+            text = re.sub(r"^.*?failed:\s*", "", text)
+            first = re.split(r"(?<=\.)\s", text, maxsplit=1)[0].rstrip(".")
+            what = f"{code.lower().replace('_', ' ')}: {first}"
+        clause = f"{head} ({what})" if head else f"onnxruntime: {what}"
+    return clause if len(clause) <= _SHORT else clause[:_SHORT - 4].rsplit(" ", 1)[0] + " ..."
+
+
 def print_convert_summary(report: Report, level: int) -> None:
     """What changed, the table of rules, unverified reasons, whole-model checks and warnings (stderr)."""
     if level < 0:
@@ -100,10 +140,18 @@ def print_convert_summary(report: Report, level: int) -> None:
             total = sum(counts.values())
             _echo(f"{rule:<{width}}{total:>9}{counts.get('verified', 0):>10}{counts.get('unverified', 0):>12}")
     model_passed = (report.model_check or {}).get("status") == "equal"
-    unverified = sorted(summary.get("unverified_reasons", {}).items(), key=lambda kv: -kv[1])
+    shortened: dict[str, int] = {}
+    for reason, count in summary.get("unverified_reasons", {}).items():
+        key = short_reason(_without_model_advice(reason) if model_passed else reason)
+        shortened[key] = shortened.get(key, 0) + count
+    unverified = sorted(shortened.items(), key=lambda kv: -kv[1])
     for reason, count in unverified[:3]:
-        text = _without_model_advice(reason) + "; the whole-model check covers them" if model_passed else reason
+        text = f"{reason}; the whole-model check covers them" if model_passed else reason
         _echo(f"unverified by per-rewrite checks ({count}): {text}")
+    if len(unverified) > 3:
+        rest = sum(count for _, count in unverified[3:])
+        _echo(f"unverified by per-rewrite checks ({rest}): for {len(unverified) - 3} other reasons (the report's "
+              "unverified_reasons lists each)")
     if unverified and not report.model_checks:
         _echo("to check what per-rewrite checks could not, run the whole models: use --verify-model")
     if report.optimization:

@@ -32,9 +32,7 @@ __all__ = ["verify"]
 @click.argument("second_path", metavar="B.onnx", type=click.Path(path_type=Path))
 @OutputArgs.options("report_path", helps={"report_path": "Write a JSON report (the convert report's schema): "
                                                            "the comparison under summary.model_check."})
-@click.option("--budget-from", "budget_from", type=click.Path(path_type=Path), default=None, metavar="R.json",
-              help="Judge float outputs by the whole-model budget recorded in this convert report (default: the "
-                   "one recorded in B's or A's metadata by lowerer convert; none: exact).")
+@ModelCheckArgs.options("budget_from")
 @VerificationArgs.options("exact", helps={"exact": "Ignore any budget lowerer recorded: float outputs must be "
                                                    "bit-identical (unless --atol, --rtol or --max-ulp accept more)."})
 @VerificationArgs.options("seed", "providers")
