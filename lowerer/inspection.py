@@ -144,12 +144,14 @@ class _QuietBackendPass:
 
 
 def _dry_run(source: InputModel, options: ConvertOptions) -> tuple[Report | None, str | None]:
-    """``convert``'s passes on ``source`` (changed in place) up to the output gate, unverified.
+    """``convert``'s passes on ``source`` (changed in place), unverified, without the placement proof.
+
+    ``options`` asks for no verification and no whole-model check, so those passes do not apply.
 
     Returns (the report, None), or (None, the refusal ``convert`` would give).
     """
     from lowerer.backends.plan import BackendPlan
-    from lowerer.passes import CleanupPass, ConvertPass, State, ValidatePass
+    from lowerer.passes import PIPELINE, State
 
     state = State(source.model, options, serialized=source.serialized, source_dir=source.directory,
                   input_checked=True)
@@ -157,8 +159,11 @@ def _dry_run(source: InputModel, options: ConvertOptions) -> tuple[Report | None
     if options.profile is not None:
         state.plan = BackendPlan(options.profile, allow_fallback=options.allow_fallback)
     try:
-        for p in (ConvertPass(), _QuietBackendPass(), CleanupPass(), ValidatePass()):
-            p(state)
+        for p in PIPELINE:  # convert's passes, but the placement proof (it opens the backend's provider)
+            if p.name == "backend":
+                _QuietBackendPass()(state)
+            elif p.name != "placement":
+                p(state)
     except ConversionError as e:
         return None, str(e)
     state.report.source_ir_version, state.report.ir_version = source_ir, state.model.ir_version
@@ -184,7 +189,8 @@ def _plan(report: Report | None, refused: str | None, options: ConvertOptions, s
 
     rewrites = [] if report is None else [r.to_dict() for r in report.rewrites
                                           if not (picked and any(c.why == PICKED for c in r.crossings))]
-    return {"source_opset": source, "target_opset": options.target_for(source),
+    target = report.target_opset if report is not None else options.target_for(source)
+    return {"source_opset": source, "target_opset": target,
             "ir_version": None if report is None else report.ir_version,
             "notes": [] if report is None else list(report.notes),
             "rewrites": rewrites, "groups": group_rewrites(rewrites), "refused": refused}
