@@ -191,7 +191,11 @@ def test_loop_without_carried_values_is_refused_below_11() -> None:
 
 
 def test_if_below_11_needs_equal_static_branch_shapes() -> None:
-    """If-1 needs equal branch shapes (onnx's inference merges them): stated, static and equal, or refused."""
+    """If-1 needs equal branch shapes (onnx's inference merges them): stated or inferred, and equal, or refused.
+
+    A branch stating ``[n, 3]`` for ``Neg(x)`` with ``x`` of ``[2, 3]`` yields ``[2, 3]`` (inference merges
+    the statement with what it infers); one stating ``[1, 3]`` contradicts the then branch's ``[2, 3]``.
+    """
     def model(else_shape: list) -> onnx.ModelProto:
         then_b = helper.make_graph([helper.make_node("Relu", ["x"], ["t"])], "then", [],
                                    [value_info("t", F, [2, 3])])
@@ -200,15 +204,15 @@ def test_if_below_11_needs_equal_static_branch_shapes() -> None:
         return make_model([helper.make_node("If", ["c"], ["y"], then_branch=then_b, else_branch=else_b)],
                           [value_info("x", F, [2, 3]), value_info("c", B, [])], [value_info("y", F, [2, 3])], 13)
 
-    for shape in ([1, 3], ["n", 3]):
-        with pytest.raises(lowerer.ConversionError, match=r"If-1 needs both branches to yield the same shape"):
-            lowerer.convert(model(shape), target_opset=10, verify=False)
-    converted = lowerer.convert(model([2, 3]), target_opset=10, verify=False).model
-    check_model_full(converted)
-    x = np.arange(6, dtype=np.float32).reshape(2, 3) - 2
-    for c in (True, False):
-        got = ort_run(converted, [{"x": x, "c": np.array(c)}])[0][0]
-        assert np.array_equal(got, np.maximum(x, 0) if c else -x)
+    with pytest.raises(lowerer.ConversionError, match=r"If-1 needs both branches to yield the same shape"):
+        lowerer.convert(model([1, 3]), target_opset=10, verify=False)
+    for shape in ([2, 3], ["n", 3]):
+        converted = lowerer.convert(model(shape), target_opset=10, verify=False).model
+        check_model_full(converted)
+        x = np.arange(6, dtype=np.float32).reshape(2, 3) - 2
+        for c in (True, False):
+            got = ort_run(converted, [{"x": x, "c": np.array(c)}])[0][0]
+            assert np.array_equal(got, np.maximum(x, 0) if c else -x)
 
 
 # -- model-local functions ----------------------------------------------------------------------
