@@ -17,6 +17,8 @@ from lowerer.errors import InputError
 from lowerer.steps.registry import NO_REQUEST, Request
 
 if TYPE_CHECKING:
+    import onnx
+
     from lowerer.backends.profile import Profile
     from lowerer.progress import ProgressCallback
     from lowerer.verification.whole import ModelCheckOptions
@@ -67,16 +69,29 @@ class ConvertOptions:
         return self.target_opset is not None or bool(self.decompose) or self.profile is not None or \
             self.ir_version is not None
 
-    def target_for(self, source_opset: int | None) -> int | None:
+    def target_for(self, source_opset: int | None, model: onnx.ModelProto | None = None) -> int | None:
         """The target opset for a model at ``source_opset``.
 
         ``target_opset`` when given; else, for a runtime whose load limits are known, the model's own or the
         highest the runtime loads, whichever is lower (its IR version then goes as low as the opsets allow).
+        For a named onnxruntime release and a ``model``, it goes lower still where the release has no
+        kernel of an op the model holds at that opset (:mod:`lowerer.backends.release`).
         """
+        return self.target_and_why(source_opset, model)[0]
+
+    def target_and_why(self, source_opset: int | None,
+                       model: onnx.ModelProto | None = None) -> tuple[int | None, str | None]:
+        """:meth:`target_for`, and why the target is below what the runtime loads (None: it is not)."""
         loads = None if self.profile is None else self.profile.loads
         if self.target_opset is not None or loads is None or loads.max_opset is None or source_opset is None:
-            return self.target_opset
-        return min(source_opset, loads.max_opset)
+            return self.target_opset, None
+        ceiling = min(source_opset, loads.max_opset)
+        assert self.profile is not None
+        if model is None or self.profile.release is None:
+            return ceiling, None
+        from lowerer.backends.release import target_for_release
+
+        return target_for_release(model, ceiling, self.profile.release, self.profile.provider)
 
     @classmethod
     def create(cls, *, target_opset: Any = None, decompose: Any = (), verify: Any = True, providers: Any = None,

@@ -129,7 +129,8 @@ class ConvertPass(Pass):
         options = state.options
         plan = state.plan
         try:
-            report = run_pipeline(state.model, target_opset=options.target_for(default_opset(state.model.opset_import)),
+            target, why = options.target_and_why(default_opset(state.model.opset_import), state.model)
+            report = run_pipeline(state.model, target_opset=target,
                                   request=options.request, verifier=state.recording(), serialized=state.serialized,
                                   picker=plan.pick if plan is not None else None,
                                   picked_ops=plan.picked_ops if plan is not None else frozenset(),
@@ -141,6 +142,8 @@ class ConvertPass(Pass):
                               notes=["verification failed: the conversion stopped at the last rewrite listed"])
             raise
         report.notes[:0] = state.report.notes
+        if why is not None:  # a named onnxruntime release without a kernel of some op at the opset it loads
+            report.notes.append(why)
         state.report = report
 
 

@@ -146,6 +146,13 @@ def _cpu_kernel_defs() -> dict[str, list[tuple[int, int, Mapping[str, frozenset[
 _UNBOUNDED = 1 << 30
 
 
+def _serves(low: int, high: int, version: int) -> bool:
+    """Whether a kernel serves ``version`` (:func:`lowerer.backends.kernel_tables.holds`; open at ``_UNBOUNDED``)."""
+    from lowerer.backends.kernel_tables import holds
+
+    return holds(low, None if high >= _UNBOUNDED else high, version)
+
+
 @functools.lru_cache(maxsize=1)
 def _cpu_kernels() -> dict[str, list[tuple[int, int]]]:
     """The default-domain CPU kernels of onnxruntime: op -> the version ranges it has one for."""
@@ -165,7 +172,7 @@ def _kernelless_at(opset: int) -> dict[str, int]:
         if schema.deprecated:  # not valid at ``opset``: the full check refuses such a node
             continue
         version = int(schema.since_version)
-        if name not in _NO_KERNEL_NEEDED and not any(lo <= version <= hi for lo, hi in kernels.get(name, ())):
+        if name not in _NO_KERNEL_NEEDED and not any(_serves(lo, hi, version) for lo, hi in kernels.get(name, ())):
             out[name] = version
     return out
 
@@ -226,7 +233,7 @@ def _kernel_types(op: str, version: int) -> dict[str, frozenset[str]] | None:
     found: dict[str, set[str]] = {}
     hit = False
     for low, high, constraints in _cpu_kernel_defs().get(op, ()):
-        if low <= version <= high:
+        if _serves(low, high, version):
             hit = True
             for name, types in constraints.items():
                 found.setdefault(name, set()).update(types)

@@ -80,10 +80,8 @@ def installed_release() -> str:
 
 
 def _from_table(provider: str, release: str) -> KernelRows | None:
-    try:  # TEMP until the tables land
-        from lowerer.backends.kernel_tables import nearest_table
-    except ModuleNotFoundError:
-        return None
+    from lowerer.backends.kernel_tables import nearest_table
+
     found = nearest_table(release)
     if found is None:
         return None

@@ -4,8 +4,12 @@ The tables are data, ``kernels/<runtime>-<MAJOR.MINOR>.json`` beside this file, 
 ``benchmarks/make_kernel_tables.py`` from ``docs/OperatorKernels.md`` at each release (the file's
 ``source`` names the tag, or the release-branch commit where no tag could be had). A kernel row is
 ``(low, high, types)``: it serves nodes whose op's since-version is in ``[low, high]``; ``high`` is
-None for the doc's open ``N+`` rows, which take every later since-version the doc does not list
-(the doc cannot say whether the release loads that opset at all: see ``max_opset``).
+None for the doc's open ``N+`` rows, which serve since-version ``N`` only: onnxruntime matches a
+kernel registered without an end version to a node only when the node's since-version equals the
+kernel's start ("exact match ... if it does not [have an end version], all we know is that the
+kernel supported the start version when it was created", ``VerifyVersion`` in
+``onnxruntime/core/framework/kernel_registry.cc``). So onnxruntime 1.15, whose doc lists Reshape
+``14+``, has no kernel for Reshape-19 (``Could not find an implementation for Reshape(19)``).
 
 ``max_opset`` and ``max_ir`` are the release's row of onnxruntime's version matrix
 (``docs/reference/compatibility.md``), None where the matrix has no row for it.
@@ -27,7 +31,7 @@ from dataclasses import dataclass, field
 from importlib import resources
 from typing import Any, TypeAlias
 
-__all__ = ["KernelRange", "KernelTable", "kernel_table", "nearest_table", "shipped_releases"]
+__all__ = ["KernelRange", "KernelTable", "holds", "kernel_table", "nearest_table", "shipped_releases"]
 
 _PACKAGE = "lowerer.backends.kernels"
 _RELEASE = re.compile(r"^(\d+)\.(\d+)(?:[.+\-].*)?$")
@@ -77,7 +81,7 @@ class KernelTable:
         return self._rows.get(provider, {}).get(domain, {}).get(op, ())
 
     def has_kernel(self, provider: str, op: str, version: int, domain: str = "") -> bool:
-        """Whether some row's range holds the since-version ``version`` (open rows hold all later ones).
+        """Whether some row serves since-version ``version`` (an open row only its own start: :func:`holds`).
 
         Args:
             provider: the execution provider.
@@ -117,8 +121,16 @@ class KernelTable:
 
 
 def _holds(row: KernelRange, version: int) -> bool:
-    low, high, _ = row
-    return low <= version and (high is None or version <= high)
+    return holds(row[0], row[1], version)
+
+
+def holds(low: int, high: int | None, version: int) -> bool:
+    """Whether a kernel registered for since-versions ``low`` .. ``high`` (None: no end) serves ``version``.
+
+    onnxruntime's rule (``VerifyVersion``, ``onnxruntime/core/framework/kernel_registry.cc``): the
+    start version matches exactly, or the kernel has an end version and ``version`` is in the range.
+    """
+    return version == low or (high is not None and low <= version <= high)
 
 
 def _minor(release: str) -> tuple[int, int]:
@@ -164,11 +176,23 @@ def _types(value: Any, lists: list[list[str]]) -> frozenset[str]:
     return frozenset(lists[value] if isinstance(value, int) else value)
 
 
+#: Kernels registered without type constraints, which ``docs/OperatorKernels.md`` leaves out (its
+#: generator lists rows by their type constraints): added to every onnxruntime table. Source:
+#: ``onnxruntime/core/providers/{cpu,cuda}/object_detection/non_max_suppression.cc`` at v1.15.1 and
+#: v1.22.1 (``ONNX_OPERATOR_VERSIONED_KERNEL_EX(NonMaxSuppression, kOnnxDomain, 10, 10, ...)`` and
+#: ``ONNX_OPERATOR_KERNEL_EX(NonMaxSuppression, kOnnxDomain, 11, ...)``); onnxruntime 1.32's registry
+#: lists exactly these (CPU) with no type constraints.
+_UNDOCUMENTED: dict[str, dict[str, tuple[KernelRange, ...]]] = {
+    provider: {"NonMaxSuppression": ((11, None, {}), (10, 10, {}))}
+    for provider in ("CPUExecutionProvider", "CUDAExecutionProvider")
+}
+
+
 @functools.cache
 def _load(runtime: str, name: str) -> KernelTable:
     data = json.loads(resources.files(_PACKAGE).joinpath(name).read_text(encoding="utf-8"))
     lists: list[list[str]] = data.get("type_lists", [])
-    rows = {
+    rows: dict[str, dict[str, dict[str, tuple[KernelRange, ...]]]] = {
         provider: {
             domain: {
                 op: tuple(
@@ -181,6 +205,12 @@ def _load(runtime: str, name: str) -> KernelTable:
         }
         for provider, domains in data["providers"].items()
     }
+    if runtime == "onnxruntime":
+        for provider, extra in _UNDOCUMENTED.items():
+            if provider in rows:
+                rows[provider].setdefault("", {})
+                for op, op_rows in extra.items():
+                    rows[provider][""].setdefault(op, op_rows)
     return KernelTable(
         runtime=data.get("runtime", runtime),
         version=str(data["version"]),

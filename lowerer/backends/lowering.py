@@ -18,6 +18,7 @@ import onnx
 
 from lowerer.backends.plan import BackendPlan, Finding, Kept, scan
 from lowerer.backends.profile import Profile, load_profile
+from lowerer.backends.proof import FAILED, NOT_PROVEN, Placement, prove_placement
 from lowerer.errors import ConversionError, InputError
 from lowerer.report import Report
 from lowerer.steps.registry import PICKED
@@ -169,7 +170,6 @@ def prove(model: onnx.ModelProto, plan: BackendPlan, report: Report, data_dir: o
     """
     import os
 
-    from lowerer.backends.proof import FAILED, NOT_PROVEN, Placement, prove_placement
     from lowerer.errors import VerificationError
     from lowerer.model_io import external_data_locations
     from lowerer.opsets import default_opset
@@ -177,7 +177,10 @@ def prove(model: onnx.ModelProto, plan: BackendPlan, report: Report, data_dir: o
 
     provider = plan.profile.provider
     opset = default_opset(model.opset_import)
-    if opset is not None and not MIN_ORT_OPSET <= opset <= max_ort_opset():
+    release = plan.profile.release
+    if release is not None and not _runs_here(release):
+        placement = _per_table(model, plan, release)
+    elif opset is not None and not MIN_ORT_OPSET <= opset <= max_ort_opset():
         placement = Placement(NOT_PROVEN, provider, f"onnxruntime loads default-domain opsets {MIN_ORT_OPSET} to "
                                                     f"{max_ort_opset()}, not {opset}")
     elif data_dir is None and external_data_locations(model):
@@ -204,6 +207,32 @@ def prove(model: onnx.ModelProto, plan: BackendPlan, report: Report, data_dir: o
             error.report = report
             raise error
         logger.warning("%s", message)
+
+
+def _runs_here(release: str) -> bool:
+    from lowerer.backends.release import runs_here
+
+    return runs_here(release)
+
+
+def _per_table(model: onnx.ModelProto, plan: BackendPlan, release: str) -> Placement:
+    """The placement a named release's kernel table predicts, stated as the table's: it is not run here."""
+    from lowerer.backends.installed_kernels import installed_release
+    from lowerer.backends.kernel_tables import nearest_table
+    from lowerer.backends.placement import classify
+
+    provider = plan.profile.provider
+    here = f"the installed onnxruntime is {installed_release()}, not {release}"
+    found = nearest_table(release)
+    if found is None or provider not in found[0].providers():
+        return Placement(NOT_PROVEN, provider, f"{here}; lowerer ships no {provider} kernel table of onnxruntime "
+                                               f"{release}: nothing is stated about placement")
+    table, exact = found
+    rows = {op: list(table.ranges(provider, op)) for op in table.ops(provider)}
+    classes = classify(model, None, provider, rows, _refused_by_kernel(model, plan))
+    older = "" if exact else f" (the newest shipped table not newer than {release})"
+    return Placement(NOT_PROVEN, provider, f"per onnxruntime {table.version}'s kernel table{older} ({table.source}), "
+                                           f"not run here ({here}): {classes.describe()}", classes)
 
 
 def _refused_by_kernel(model: onnx.ModelProto, plan: BackendPlan) -> dict[str, str]:

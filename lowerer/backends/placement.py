@@ -57,6 +57,8 @@ class Classified:
     on_provider: int = 0
     #: The op types in each class.
     op_types: dict[str, set[str]] = field(default_factory=dict)
+    #: True when read from the kernel table alone (nothing was run: the CPU preference is not predicted).
+    predicted: bool = False
 
     def add(self, cls: str, op_type: str, entry: str) -> None:
         """Put one CPU-placed node in ``cls``."""
@@ -85,6 +87,10 @@ class Classified:
                 shown = ", ".join(nodes[:limit]) + (f", ... ({len(nodes) - limit} more)" if len(nodes) > limit else "")
                 parts.append(f"{len(nodes)} {words[cls]}: {shown}")
         total = sum(len(v) for v in self.classes.values())
+        if self.predicted:
+            if not total:
+                return f"every node ({self.on_provider}) has a {short} kernel"
+            return f"{total} of {total + self.on_provider} node(s) would run on the CPU: " + "; ".join(parts)
         if not total:
             return f"every node on {self.provider}"
         return f"{total} node(s) on the CPU, {self.on_provider} on {self.provider}; " + "; ".join(parts)
@@ -132,7 +138,9 @@ def _types(model: onnx.ModelProto) -> dict[str, str]:
 def _missing_kernel(node: onnx.NodeProto, version: int, opset: int, rows: Sequence[tuple[int, int | None, Any]],
                     types: dict[str, str]) -> str | None:
     """Why the provider's kernel table has no kernel for ``node`` (None: it has one)."""
-    held = [(lo, hi, c) for lo, hi, c in rows if lo <= version and (hi is None or version <= hi)]
+    from lowerer.backends.kernel_tables import holds
+
+    held = [(lo, hi, c) for lo, hi, c in rows if holds(lo, hi, version)]
     if not held:
         return f"no kernel of since-version {version}"
     try:
@@ -172,8 +180,8 @@ def classify(model: onnx.ModelProto, placed: Iterable[Assigned] | None, provider
     opset = default_opset(model.opset_import) or 1
     by_name = {n.name: n for n in model.graph.node if n.name}
     types = _types(model) if kernels is not None else {}
-    out = Classified(provider)
     predicted = placed is None
+    out = Classified(provider, predicted=predicted)
     if placed is None:
         placed = [Assigned(n.name or f"{n.op_type}#{i}", n.op_type, n.domain, "CPUExecutionProvider")
                   for i, n in enumerate(model.graph.node)]

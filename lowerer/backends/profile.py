@@ -180,6 +180,9 @@ class Profile:
         description: a line on the backend and how the profile was built.
         entries: the entries that apply to the backend version(s) named.
         loads: the highest opset and IR version the runtime version named loads (None: no table).
+        release: for an onnxruntime provider, the onnxruntime release named (``1.15`` for
+            ``onnxruntime==1.15``, ``cuda<=1.20``; the newest shipped table below it for ``<``); None
+            when none was named (the installed release).
     """
 
     name: str
@@ -188,6 +191,7 @@ class Profile:
     description: str
     entries: tuple[Entry, ...] = field(default_factory=tuple)
     loads: Loads | None = None
+    release: str | None = None
 
     @property
     def ops(self) -> frozenset[str]:
@@ -246,7 +250,20 @@ def load_profile(spec: object) -> Profile:
             entries.append(entry)
     rows = data["loads"]
     return Profile(name=name, spec=spec.strip(), provider=data["provider"], description=data["description"],
-                   entries=tuple(entries), loads=loads_for(rows, op, m.group(3)) if rows else None)
+                   entries=tuple(entries), loads=loads_for(rows, op, m.group(3)) if rows else None,
+                   release=_release(data["runtime"], op, m.group(3)))
+
+
+def _release(runtime: str, op: str | None, version: str | None) -> str | None:
+    """The onnxruntime release a spec names (see :attr:`Profile.release`)."""
+    if runtime != "onnxruntime" or version is None or op in (None, ">", ">="):
+        return None
+    if op != "<":
+        return version
+    from lowerer.backends.kernel_tables import shipped_releases
+
+    below = [r for r in shipped_releases() if _version(r) < _version(version)]
+    return below[-1] if below else None
 
 
 @functools.cache
@@ -280,7 +297,7 @@ def parse_profile(raw: object, source: str) -> dict[str, Any]:
     rows = () if loads is None or isinstance(loads, str) else \
         parse_loads(loads, str(raw.get("runtime") or raw.get("backend") or source), source)
     return {"provider": raw["provider"], "description": str(raw.get("description", "")), "entries": entries,
-            "loads": rows}
+            "loads": rows, "runtime": str(raw.get("runtime") or "")}
 
 
 def _entry(item: object, where: str) -> Entry:
