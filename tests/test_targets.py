@@ -87,8 +87,8 @@ def test_a_feature_the_runtime_ir_cannot_hold_names_a_release_that_works() -> No
 @pytest.mark.parametrize(("spec", "version"), [("tensorrt==8.6", "8.6"), ("tensorrt==8.6.1", "8.6"),
                                                ("tensorrt<9.2", "8.6"), ("tensorrt<=8.5", "8.4"),
                                                ("tensorrt>=8.0", "10.0"), ("tensorrt", "10.0"),
-                                               ("onnxruntime==1.14", "1.14"), ("ort==1.16.3", "1.16"), ("ort==1.15.1", "1.15"),
-                                               ("webgpu<1.20", "1.18")])
+                                               ("onnxruntime==1.14", "1.14"), ("ort==1.16.3", "1.16"),
+                                               ("ort==1.15.1", "1.15"), ("webgpu<1.20", "1.18")])
 def test_the_row_that_applies(spec: str, version: str) -> None:
     loads = load_profile(spec).loads
     assert loads is not None and loads.version == version
