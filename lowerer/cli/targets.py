@@ -20,7 +20,9 @@ __all__ = ["targets", "targets_table"]
 def targets(as_json: bool) -> None:
     """List the runtime targets of --for: per release, the highest opset and IR version it loads, and the source.
 
-    'not confirmed' marks limits that were not confirmed in their source. A target's op entries
+    onnxruntime's releases also have kernel tables (docs/OperatorKernels.md at each release's tag):
+    --for onnxruntime==X goes to the highest opset at which X has a kernel of every op the model
+    holds. 'not confirmed' marks limits that were not confirmed in their source. A target's op entries
     (what it cannot run, and lowerer's form for it) are listed by 'lowerer inspect MODEL --for NAME'.
     """
     found = targets_table()
@@ -37,11 +39,21 @@ def targets_table() -> list[dict[str, Any]]:
     """Every backend: name, aliases, provider, runtime, op entry count and its load limits per release."""
     from lowerer.backends.profile import BACKENDS, aliases_of, load_profile, load_rows
 
+    from lowerer.backends.kernel_tables import kernel_table, shipped_releases
+
+    kernels = []
+    for release in shipped_releases():
+        found = kernel_table(release)
+        if found is not None:
+            kernels.append({"release": found.version, "providers": list(found.providers()), "source": found.source})
     table = []
     for name in BACKENDS:
         profile = load_profile(name)
+        rows = [row.to_dict() for row in load_rows(name)]
+        runs_ort = bool(rows) and rows[0]["runtime"] == "onnxruntime"
         table.append({"name": name, "aliases": aliases_of(name), "provider": profile.provider,
-                      "entries": len(profile.entries), "loads": [row.to_dict() for row in load_rows(name)]})
+                      "entries": len(profile.entries), "loads": rows,
+                      "kernel_tables": kernels if runs_ort else []})
     return table
 
 
@@ -66,5 +78,14 @@ def targets_lines(table: list[dict[str, Any]]) -> list[str]:
             sure = "" if row["confirmed"] else "  not confirmed"
             lines.append(f"  {row['runtime']} {row['version']}+".ljust(26) +
                          f"opset <= {opset:<4} IR <= {ir:<4} [{sources.index(row['source']) + 1}]{sure}")
+        tables = target.get("kernel_tables") or []
+        if tables:
+            refs = []
+            for t in tables:
+                if t["source"] not in sources:
+                    sources.append(t["source"])
+                refs.append(f"{t['release']} [{sources.index(t['source']) + 1}]")
+            lines.append("  kernel tables (--for onnxruntime==X takes the model to an opset X has kernels for): "
+                         + ", ".join(refs))
     lines.extend(f"[{i}] {s}" for i, s in enumerate(sources, 1))
     return lines
