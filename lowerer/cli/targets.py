@@ -37,9 +37,8 @@ def targets(as_json: bool) -> None:
 
 def targets_table() -> list[dict[str, Any]]:
     """Every backend: name, aliases, provider, runtime, op entry count and its load limits per release."""
-    from lowerer.backends.profile import BACKENDS, aliases_of, load_profile, load_rows
-
     from lowerer.backends.kernel_tables import kernel_table, shipped_releases
+    from lowerer.backends.profile import BACKENDS, aliases_of, load_profile, load_rows
 
     kernels = []
     for release in shipped_releases():
