@@ -348,3 +348,25 @@ def test_for_cuda_without_cuda_states_the_kernel_table_not_a_proof(cuda_listed_u
 
 def test_python_is_this_interpreter() -> None:
     assert sys.executable  # the probes run children of this interpreter
+
+
+def test_a_conversion_that_adds_cpu_compute_is_not_proven(monkeypatch: pytest.MonkeyPatch) -> None:
+    from lowerer.backends import lowering
+    from lowerer.backends.placement import Classified
+    from lowerer.backends.proof import FAILED, PROVEN, Placement
+
+    def fake(model: onnx.ModelProto, provider: str, data_dir: Any = None, **_: Any) -> Placement:
+        classes = Classified(provider)
+        emitted = sorted({n.op_type for n in model.graph.node} - {"Hardmax"})
+        classes.add(NO_KERNEL, emitted[0], f"'n' ({emitted[0]}-13): no kernel at all")
+        return Placement(PROVEN, provider, "recorded", classes)
+
+    monkeypatch.setattr(lowering, "prove_placement", fake)
+    model = helper.make_model(helper.make_graph(
+        [helper.make_node("Hardmax", ["x"], ["y"], axis=1, name="hm")], "g",
+        [helper.make_tensor_value_info("x", T.FLOAT, [2, 3])], [helper.make_tensor_value_info("y", T.FLOAT, [2, 3])]),
+        opset_imports=[helper.make_opsetid("", 13)], ir_version=8)
+    with pytest.raises(lowerer.VerificationError, match="the conversion adds compute ops"):
+        lowerer.convert(model, for_backend="cuda", verify=False)
+    backend = lowerer.convert(model, for_backend="cuda", verify=False, allow_fallback=True).report.backend
+    assert backend is not None and backend["placement"] == FAILED and backend["cpu_compute_added"]

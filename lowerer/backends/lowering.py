@@ -18,7 +18,7 @@ import onnx
 
 from lowerer.backends.plan import BackendPlan, Finding, Kept, scan
 from lowerer.backends.profile import Profile, load_profile
-from lowerer.backends.proof import FAILED, NOT_PROVEN, Placement, prove_placement
+from lowerer.backends.proof import FAILED, NOT_PROVEN, PROVEN, Placement, prove_placement
 from lowerer.errors import ConversionError, InputError
 from lowerer.report import Report
 from lowerer.steps.registry import PICKED
@@ -199,6 +199,14 @@ def prove(model: onnx.ModelProto, plan: BackendPlan, report: Report, data_dir: o
     report.backend["placement_detail"] = placement.detail
     if placement.classes is not None:
         report.backend["placement_classes"] = placement.classes.to_dict()
+        added = _compute_added(placement.classes.compute_ops(), report)
+        if added:  # the conversion itself sent compute to the CPU: a gap of lowerer's choice of ops
+            report.backend["cpu_compute_added"] = added
+            placement = Placement(FAILED if placement.status == PROVEN else placement.status, provider,
+                                  f"{placement.detail}; the conversion adds compute ops {provider} has no kernel "
+                                  f"for: {', '.join(added)}", placement.classes)
+            report.backend["placement"] = placement.status
+            report.backend["placement_detail"] = placement.detail
     if placement.status == FAILED:
         message = (f"{plan.profile.spec}: {placement.status}: {placement.detail}; --allow-fallback (API: "
                    "allow_fallback=True) accepts a model part of which onnxruntime places elsewhere")
@@ -207,6 +215,13 @@ def prove(model: onnx.ModelProto, plan: BackendPlan, report: Report, data_dir: o
             error.report = report
             raise error
         logger.warning("%s", message)
+
+
+def _compute_added(on_cpu: set[str], report: Report) -> list[str]:
+    """The CPU-placed compute op types only rewrites brought in (ops the rewritten nodes were not)."""
+    emitted = {op for r in report.rewrites for op in r.emitted}
+    rewritten = {r.op_type for r in report.rewrites}
+    return sorted((on_cpu & emitted) - rewritten)
 
 
 def _runs_here(release: str) -> bool:
