@@ -34,11 +34,12 @@ Rows = dict[str, list[tuple[int, int | None, Mapping[str, frozenset[str]]]]]
 _CHILD = r"""
 import json, sys
 from onnxruntime.capi import _pybind_state as p
-out = []
+out = {}
 for k in p.get_all_opkernel_def():
-    if k.provider == sys.argv[1] and k.domain in ("", "ai.onnx"):
+    if k.domain in ("", "ai.onnx"):
         low, high = k.version_range
-        out.append([k.op_name, int(low), int(high), {n: list(t) for n, t in k.type_constraints.items()}])
+        out.setdefault(k.provider, []).append(
+            [k.op_name, int(low), int(high), {n: list(t) for n, t in k.type_constraints.items()}])
 print(json.dumps(out))
 """
 #: onnxruntime's "no upper bound" in a kernel's version range.
@@ -54,6 +55,8 @@ class KernelRows:
     source: str
     #: False when the rows are another release's (the installed one's could not be read).
     exact: bool = True
+    #: The release whose table the rows are (``1.24.4``; empty when read from the installed one).
+    source_release: str = ""
 
 
 def installed_release() -> str:
@@ -91,13 +94,14 @@ def _from_table(provider: str, release: str) -> KernelRows | None:
     rows: Rows = {}
     for op in sorted(table.ops(provider)):
         rows[op] = [(low, high, types) for low, high, types in table.ranges(provider, op)]
-    return KernelRows(provider, rows, table.source, exact)
+    return KernelRows(provider, rows, table.source, exact, table.version)
 
 
-def _from_child(provider: str, python: str | None = None) -> Rows | str:
+@functools.lru_cache(maxsize=2)
+def _child_rows(python: str | None = None) -> dict[str, Rows] | str:
+    """Every provider's default-domain kernels, read once in a child process (or why they could not be)."""
     try:
-        done = subprocess.run([python or sys.executable, "-c", _CHILD, provider], capture_output=True,
-                              timeout=300, check=False)
+        done = subprocess.run([python or sys.executable, "-c", _CHILD], capture_output=True, timeout=300, check=False)
     except (OSError, subprocess.TimeoutExpired) as e:
         return f"reading its kernel table failed ({e})"
     if done.returncode != 0:
@@ -105,15 +109,31 @@ def _from_child(provider: str, python: str | None = None) -> Rows | str:
         return f"reading its kernel table in a child process {how}"
     try:
         raw = json.loads(done.stdout.decode("utf-8", "replace").strip().splitlines()[-1])
-    except (IndexError, ValueError):
+    except (IndexError, ValueError, AttributeError):
         return "reading its kernel table gave no answer"
-    if not raw:
-        return f"its registry lists no {provider} kernel"
-    rows: Rows = {}
-    for op, low, high, types in raw:
-        constraints = {str(n): frozenset(str(t) for t in ts) for n, ts in types.items()}
-        rows.setdefault(str(op), []).append((int(low), None if int(high) >= _OPEN else int(high), constraints))
-    return rows
+    out: dict[str, Rows] = {}
+    for provider, kernels in raw.items():
+        rows = out.setdefault(str(provider), {})
+        for op, low, high, types in kernels:
+            constraints = {str(n): frozenset(str(t) for t in ts) for n, ts in types.items()}
+            rows.setdefault(str(op), []).append((int(low), None if int(high) >= _OPEN else int(high), constraints))
+    return out
+
+
+def _from_child(provider: str, python: str | None = None) -> Rows | str:
+    read = _child_rows(python)
+    if isinstance(read, str):
+        return read
+    return read.get(provider) or f"its registry lists no {provider} kernel"
+
+
+_WARNED: set[str] = set()
+
+
+def _warn_once(key: str, text: str) -> None:
+    if key not in _WARNED:
+        _WARNED.add(key)
+        logger.warning("%s", text)
 
 
 @functools.lru_cache(maxsize=8)
@@ -131,9 +151,9 @@ def installed_kernels(provider: str = "CPUExecutionProvider", python: str | None
         return KernelRows(provider, read, f"onnxruntime {release}'s own registry (get_all_opkernel_def, read in a "
                                           "child process)")
     if shipped is not None:
-        logger.warning("onnxruntime %s: %s; its %s kernels are taken from %s instead", release, read, provider,
-                       shipped.source)
+        _warn_once(read, f"onnxruntime {release}: {read}; its kernels are taken from the newest table lowerer ships "
+                         f"that is not newer (onnxruntime {shipped.source_release}'s docs/OperatorKernels.md)")
         return shipped
-    logger.warning("onnxruntime %s: %s, and lowerer ships no table of it or an older release: kernels are not "
-                   "looked up", release, read)
+    _warn_once(read, f"onnxruntime {release}: {read}, and lowerer ships no table of it or an older release: "
+                     "kernels are not looked up")
     return None
