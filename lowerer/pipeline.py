@@ -16,6 +16,7 @@ from typing import Any
 import numpy as np
 import onnx
 
+from lowerer.body_shapes import infer_outputs
 from lowerer.constants import ConstantIndex
 from lowerer.errors import ConversionError, InputError
 from lowerer.ir_version import choose as choose_ir
@@ -219,22 +220,33 @@ class ConversionWalk:
         """Write into a Scan body's outputs the shapes onnx infers where the body states none.
 
         onnxruntime's Scan kernels up to version 16 refuse a body output without a shape (newer ones
-        infer it); the shape inference knows them, and stating them changes no meaning.
+        infer it); the shape inference knows them, and stating them changes no meaning. Where the
+        model's inference does not (an outer constant's value needed), the body inferred on its own
+        with the outer scope's facts (:func:`scan_body_output_dims`).
         """
-        for out in graph.output:
-            tt = out.type.tensor_type if out.type.HasField("tensor_type") else None
-            if tt is None or tt.HasField("shape"):
+        opsets = {e.domain: e.version for e in self.model.opset_import}
+        opsets[""] = self.target if self.target is not None else opsets.get("", 0)
+        alone: list[tuple[int, list[int | None] | None]] | None = None
+        for k, out in enumerate(graph.output):
+            kind = out.type.WhichOneof("value")
+            if kind not in ("tensor_type", None) or (kind and out.type.tensor_type.HasField("shape")):
                 continue
             vt = self.shapes.lookup(scope, out.name, lambda vt: vt[1] is not None)
-            if vt is None or vt[1] is None:
+            elem, dims = (0, None) if vt is None else vt
+            if dims is None or not elem:
+                if alone is None:
+                    alone = scan_body_output_dims(self.shapes, self.constants, scope, opsets)
+                elem, dims = elem or alone[k][0], dims if dims is not None else alone[k][1]
+            if dims is None or not (elem or out.type.tensor_type.elem_type):
                 continue
+            tt = out.type.tensor_type
             shape = tt.shape
-            for d in vt[1]:
+            for d in dims:
                 dim = shape.dim.add()
                 if d is not None:
                     dim.dim_value = d
-            if tt.elem_type == 0 and vt[0]:
-                tt.elem_type = vt[0]
+            if tt.elem_type == 0 and elem:
+                tt.elem_type = elem
 
     def node(self, node: onnx.NodeProto, index: int, scope: Scope, source: int, target: int,
              new_constants: list[onnx.TensorProto]) -> list[onnx.NodeProto] | None:
@@ -370,24 +382,52 @@ def _rule_name(conversion: Conversion) -> str:
 SCAN_NEEDS_SHAPES_BELOW = 14
 
 
-def unshaped_scan_output(shapes: ShapeIndex, body: Scope) -> str | None:
-    """The first output of a Scan ``body`` that states no shape and has none onnx infers, or None."""
+def scan_body_output_dims(shapes: ShapeIndex, constants: ConstantIndex, body: Scope,
+                          opsets: dict[str, int]) -> list[tuple[int, list[int | None] | None]]:
+    """The dims of each output of a Scan ``body`` (nodes valid at ``opsets``), inferred for the body on its own.
+
+    Its inputs and outer values typed as the model's inference knows them, small outer constants
+    valued (a body's ``Unsqueeze(x, axes)`` with ``axes`` an outer initializer: the model's inference
+    sees no value, so no rank); see :func:`lowerer.body_shapes.infer_outputs`.
+    """
     assert isinstance(body.holder, onnx.GraphProto)
-    for out in body.holder.output:
+    found, _ = infer_outputs(body.holder, opsets, lambda n: shapes.lookup(body, n), lambda n: shapes.symbols(body, n),
+                             lambda n: constants.value(body, n))
+    return [(elem, None if dims is None else [d if isinstance(d, int) else None for d in dims]) for elem, dims in found]
+
+
+def unshaped_scan_output(shapes: ShapeIndex, body: Scope, constants: ConstantIndex | None = None,
+                         opset: int | None = None) -> str | None:
+    """The first output of a Scan ``body`` that states no shape and has none onnx infers, or None.
+
+    With ``constants`` and the ``opset`` the body's nodes are valid at, also none inferred for the body
+    on its own (:func:`scan_body_output_dims`), as the conversion walk states them.
+    """
+    assert isinstance(body.holder, onnx.GraphProto)
+    alone: list[tuple[int, list[int | None] | None]] | None = None
+    for k, out in enumerate(body.holder.output):
         if out.type.HasField("tensor_type") and out.type.tensor_type.HasField("shape"):
             continue
         vt = shapes.lookup(body, out.name, lambda vt: vt[1] is not None)
         if vt is None or vt[1] is None:
+            if constants is not None and opset is not None:
+                if alone is None:
+                    alone = scan_body_output_dims(shapes, constants, body, {"": opset})
+                if alone[k][1] is not None:
+                    continue
             return str(out.name)
     return None
 
 
 def refuse_unshaped_scan_body(node: onnx.NodeProto, scope: Scope, shapes: ShapeIndex, body: Scope,
-                               source: int | None, target: int) -> None:
-    """Refuse taking a Scan below 14 from 14 or above when its body has an output of no known shape."""
+                               source: int | None, target: int, constants: ConstantIndex | None = None) -> None:
+    """Refuse taking a Scan below 14 from 14 or above when its body has an output of no known shape.
+
+    ``constants`` given, a body (at ``source``, not yet converted) is also inferred on its own.
+    """
     if source is None or not target < SCAN_NEEDS_SHAPES_BELOW <= source:
         return
-    unshaped = unshaped_scan_output(shapes, body)
+    unshaped = unshaped_scan_output(shapes, body, constants, source)
     if unshaped is not None:
         raise ConversionError(
             f"node {node_label(node)} (Scan-{since_version('Scan', source)}, in {scope.path}) cannot be converted to "

@@ -113,7 +113,7 @@ class NodeReach:
             try:
                 if scan:
                     for child in scope.children(index, node):
-                        refuse_unshaped_scan_body(node, scope, walk.shapes, child, opset, target)
+                        refuse_unshaped_scan_body(node, scope, walk.shapes, child, opset, target, walk.constants)
                 if not engine.leaves(node, opset, target) and \
                         walk.node(node, index, scope, opset, target, []) is not None:  # node gate, inference
                     check_rewrite_opens(walk.report.rewrites[-1], walk.report)  # onnxruntime opens it

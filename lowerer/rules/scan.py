@@ -5,8 +5,12 @@ optional ``sequence_lens`` (input 0) and per-input ``directions``; Scan-9 has no
 ``sequence_lens``, scans axis 0 by default and adds per-input and per-output axes and directions.
 A batch of 1 maps exactly between them:
 
-* up (8 → 9): ``sequence_lens`` absent and every input's batch statically 1: Squeeze axis 0 of each
-  input, Scan-9 with ``scan_input_directions`` = ``directions``, Unsqueeze axis 0 of each output;
+* up (8 → 9): ``sequence_lens`` absent and the batch statically 1: Squeeze axis 0 of each input,
+  Scan-9 with ``scan_input_directions`` = ``directions``, Unsqueeze axis 0 of each output. Scan-8's
+  inputs (states and scanned ones) share one batch (onnxruntime fails on inputs of different
+  batches), so one input whose batch is statically 1 fixes it for all: a scanned input of unknown
+  shape beside a state of ``[1, ...]`` has a batch of 1 too, or the original fails as the result's
+  Squeeze does. Any input of another static batch is refused;
 * down (9 → 8): scan axes 0 and forward scan outputs (Scan-8 has neither other axes nor reversed
   outputs): Unsqueeze axis 0 of each input, Scan-8 without ``sequence_lens``, Squeeze each output.
 
@@ -50,13 +54,18 @@ def scan_8_9(em: Emitter, step: Step, direction: str) -> None:
         em.refuse(f"it has sequence_lens ({node.input[0]!r}), which Scan-9 does not take; only a Scan-8 without "
                   "it maps to Scan-9")
     inputs = list(node.input[1:])
+    batches: dict[str, int | None] = {}
     for name in inputs:
-        dims = em.dims(name) if name else [1]
-        batch = dims[0] if dims else None
-        if batch != 1:
-            shown = "not static" if batch is None else str(batch)
-            em.refuse(f"the batch (axis 0) of input {name!r} is {shown}; Scan-9 has no batch axis, and only a "
+        dims = em.dims(name) if name else None
+        batches[name] = dims[0] if dims else None
+    for name, batch in batches.items():
+        if batch is not None and batch != 1:
+            em.refuse(f"the batch (axis 0) of input {name!r} is {batch}; Scan-9 has no batch axis, and only a "
                       "static batch of 1 maps to it exactly (other batches need a Loop)")
+    if 1 not in batches.values():
+        em.refuse(f"no input's batch (axis 0) is statically 1 (inputs {', '.join(map(repr, inputs))}: not static); "
+                  "Scan-9 has no batch axis, and only a batch of 1 maps to it exactly (other batches need a Loop); "
+                  "the inputs share one batch, so one input of a static batch of 1 would do")
     directions = _ints(attribute_value(node, "directions"))
     _wrapped_scan(em, inputs, "Squeeze", "Unsqueeze", scan_input_directions=directions)
 
