@@ -15,7 +15,7 @@ here registers nothing: ``tests/test_registry.py`` checks every module of the pa
 * version-step adapters and documented refusals: :mod:`.attention`, :mod:`.cast`, :mod:`.control_flow`,
   :mod:`.elementwise`, :mod:`.grid_sample`, :mod:`.group_norm`, :mod:`.normalization`, :mod:`.quantization`,
   :mod:`.reduction`, :mod:`.resize`, :mod:`.scan`, :mod:`.scatter`, :mod:`.shape_ops`, :mod:`.tensor_ops`,
-  :mod:`.refusals`.
+  :mod:`.upsample`, :mod:`.refusals`.
 
 The generic crossing and the function-body expansion are schema-derived and live with the engine
 (:mod:`lowerer.steps`).
@@ -46,6 +46,7 @@ from lowerer.rules import (  # noqa: F401  (imported to register their adapters)
     shape_ops,
     tensor_ops,
     trilu,
+    upsample,
 )
 from lowerer.rules.argmax import ArgExtremumRule
 from lowerer.rules.backend_forms import ConstantInputsForm, LastAxisForm, SelectLastIndexForm

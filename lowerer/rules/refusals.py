@@ -24,8 +24,6 @@ for _op, _version, _why in (
     ("Split", 2, f"Split-1 took lengths from an input or the attribute, with no default axis; {_OLD_OPSET}"),
     ("Tile", 6, "Tile-1 tiled one axis given at run time (input 2); lowerer has no adapter for it yet: "
                 f"{_OLD_OPSET}"),
-    ("Upsample", 7, "Upsample-1 took height_scale/width_scale (4-D) and mode 'bilinear'; lowerer has no adapter "
-                    f"for it yet: {_OLD_OPSET}"),
 ):
     for _direction in (DOWN, UP):
         REGISTRY.refusal(_op, _version, _direction, _why)
