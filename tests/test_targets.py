@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import re
+from importlib import resources
 
 import numpy as np
 import onnx
@@ -85,8 +87,10 @@ def test_a_feature_the_runtime_ir_cannot_hold_names_a_release_that_works() -> No
 
 
 @pytest.mark.parametrize(("spec", "version"), [("tensorrt==8.6", "8.6"), ("tensorrt==8.6.1", "8.6"),
-                                               ("tensorrt<9.2", "8.6"), ("tensorrt<=8.5", "8.4"),
-                                               ("tensorrt>=8.0", "10.0"), ("tensorrt", "10.0"),
+                                               ("tensorrt<9.2", "9.0"), ("tensorrt<=8.5", "8.5"),
+                                               ("tensorrt<8.5", "8.4"), ("tensorrt==10.13", "10.0"),
+                                               ("tensorrt>=8.0", "10.14"), ("tensorrt", "10.14"),
+                                               ("rknn==2.2.0", "1.6"), ("rknn==1.5.2", "1.5.2"),
                                                ("onnxruntime==1.14", "1.14"), ("ort==1.16.3", "1.16"),
                                                ("ort==1.15.1", "1.15"), ("webgpu<1.20", "1.18")])
 def test_the_row_that_applies(spec: str, version: str) -> None:
@@ -134,3 +138,63 @@ def test_cli_for_tensorrt_picks_opset_and_ir(tmp_path: object) -> None:
     assert result.exit_code == 0, result.output
     written = onnx.load(out)
     assert written.opset_import[0].version == 17 and written.ir_version == 8
+
+
+# What each row says, as read in its source (the source strings name the file and revision read).
+READ = [("tensorrt", "8.0", 13, 7, True), ("tensorrt", "8.2", 13, 7, True), ("tensorrt", "8.4", 17, 8, True),
+        ("tensorrt", "8.5", 17, 8, True), ("tensorrt", "8.6", 17, 8, True), ("tensorrt", "9.0", 19, 9, True),
+        ("tensorrt", "10.0", 20, 10, True), ("tensorrt", "10.14", 24, 12, False),
+        ("rknn", "1.0", 12, 7, True), ("rknn", "1.5.2", 12, 9, True), ("rknn", "1.6", 19, 9, True),
+        ("rknn", "2.3", 19, 9, False), ("winml", "17763", 7, 3, True), ("winml", "18362", 8, 3, True),
+        ("winml", "19041", 9, 4, True), ("winml", "22000", 12, 7, False)]
+
+
+@pytest.mark.parametrize(("name", "version", "opset", "ir", "confirmed"), READ)
+def test_rows_hold_what_their_source_says(name: str, version: str, opset: int, ir: int, confirmed: bool) -> None:
+    row = next(r for r in load_rows(name) if r.version == version)
+    assert (row.max_opset, row.max_ir, row.confirmed) == (opset, ir, confirmed)
+    assert f"{opset}" in row.source
+
+
+# Rows whose IR bound is the IR of the onnx release the runtime pins (parser submodule, requirements file).
+PINNED_ONNX = [("tensorrt", "8.0", "1.8.0"), ("tensorrt", "8.2", "1.8.0"), ("tensorrt", "8.4", "1.12.0"),
+               ("tensorrt", "8.5", "1.12.0"), ("tensorrt", "8.6", "1.13.1"), ("tensorrt", "9.0", "1.14.0"),
+               ("tensorrt", "10.0", "1.16.0"), ("rknn", "1.0", "1.7.0"), ("rknn", "1.4", "1.9.0"),
+               ("rknn", "1.5", "1.10.0"), ("rknn", "1.5.2", "1.14.0"), ("rknn", "1.6", "1.14.1")]
+
+
+@pytest.mark.parametrize(("name", "version", "onnx_release"), PINNED_ONNX)
+def test_ir_bound_is_that_of_the_pinned_onnx(name: str, version: str, onnx_release: str) -> None:
+    row = next(r for r in load_rows(name) if r.version == version)
+    assert onnx_release in row.source
+    ir = {entry[0]: entry[1] for entry in helper.VERSION_TABLE}[onnx_release]
+    assert row.max_ir == ir
+
+
+_REPO = re.compile(r"^[A-Za-z0-9][\w.-]*/[\w.-]+ ")
+_REVISION = re.compile(r"\b[0-9a-f]{7,40}\b|@ (tag |branch )?v?\d|\btag v?\d")
+
+
+@pytest.mark.parametrize("name", BACKENDS)
+def test_every_row_source_names_a_repository_and_revision_or_none_found(name: str) -> None:
+    for row in load_rows(name):
+        if row.source.startswith("none found: "):
+            assert not row.confirmed and len(row.source) > len("none found: ") + 20
+        else:
+            assert _REPO.match(row.source), row.source
+            assert _REVISION.search(row.source), row.source
+
+
+def test_tensorrt_entries_cite_the_parser_tables_at_a_revision() -> None:
+    data = json.loads(resources.files("lowerer.backends").joinpath("tensorrt.json").read_text(encoding="utf-8"))
+    for entry in data["entries"]:
+        assert entry["source"].startswith("onnx/onnx-tensorrt docs/operators.md")
+        assert _REVISION.search(entry["source"]), entry["source"]
+
+
+def test_tensorrt_hardmax_bound_is_the_first_table_with_hardmax() -> None:
+    def rewrites(spec: str) -> list[str]:
+        return [e.rewrite or "" for e in load_profile(spec).entries if "Hardmax" in e.ops and not e.when]
+
+    assert rewrites("tensorrt==9.1") == ["hardmax"]
+    assert rewrites("tensorrt==9.2") == []
