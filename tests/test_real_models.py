@@ -2,10 +2,11 @@
 
 The fixtures are small models with random weights exported by torch (ResNet-18, MobileNetV3,
 ViT, BERT, GPT-2: dynamo at opset 18 and 20, the legacy exporter at 17; a decoder block with SDPA,
-RMSNorm and rotary embeddings, a U-Net, a detector head with TopK and NMS, tril/einsum/cumsum and a
-spatial transformer: dynamo at 20 and 23). ``tests/fixtures/make_real_models.py`` made them,
-``MANIFEST.json`` says how. For every fixture and every target in :data:`TARGETS` below its opset, lowerer converts
-it with verification on, and then:
+RMSNorm and rotary embeddings, a U-Net, a detector head with TopK and NMS, tril/einsum/cumsum, a
+spatial transformer, linear attention with a three-operand einsum and mixture-of-experts routing with
+TopK indices into scatter_reduce sum/amax and index_add: dynamo at 20 and 23).
+``tests/fixtures/make_real_models.py`` made them, ``MANIFEST.json`` says how. For every fixture and
+every target in :data:`TARGETS` below its opset, lowerer converts it with verification on, and then:
 
 (a) ``onnx.checker.check_model(converted, full_check=True)`` must pass, and the model's
     default-domain opset must be the target;
@@ -80,6 +81,12 @@ EXPECTED_REFUSALS: dict[tuple[str, int], str] = {
     # GridSample below 11: its lowering needs GatherElements and Round (opset 11).
     ("spatial_transformer.dynamo.opset20.onnx", 9): "GridSample-20",
     ("spatial_transformer.dynamo.opset23.onnx", 9): "GridSample-22",
+    # -- issue 26's models (torch 2.14 dynamo at 20 and 23). CumSum over a dynamic sequence below 11 (its
+    # unrolled form needs a static length); ScatterElements and ScatterND exist from 11 only.
+    ("linear_attention.dynamo.opset20.onnx", 9): "CumSum-14",
+    ("linear_attention.dynamo.opset23.onnx", 9): "CumSum-14",
+    ("moe_routing.dynamo.opset20.onnx", 9): "ScatterElements-18",
+    ("moe_routing.dynamo.opset23.onnx", 9): "ScatterElements-18",
 }
 
 #: (fixture, target) -> what is wrong with the model lowerer returns (exit 0): strict xfails. Empty:
@@ -137,7 +144,7 @@ def test_manifest_lists_every_fixture_as_it_is() -> None:
     assert onnx_files == sorted(MANIFEST["fixtures"]), "MANIFEST.json and the .onnx files disagree"
     assert {e["model"] for e in MANIFEST["fixtures"].values()} >= {
         "resnet18", "mobilenet_v3_small", "vit", "bert", "gpt2",
-        "decoder", "unet", "detector", "tril_einsum", "spatial_transformer"}
+        "decoder", "unet", "detector", "tril_einsum", "spatial_transformer", "linear_attention", "moe_routing"}
     for name, entry in MANIFEST["fixtures"].items():
         data = (FIXTURES / name).read_bytes()
         assert len(data) <= MAX_FIXTURE_BYTES, name
