@@ -329,7 +329,7 @@ def test_scan_down_to_8(reverse: int, source: int) -> None:
 
 def test_scan_up_refusals() -> None:
     refused(scan(8, batch=2), 9, "batch \\(axis 0\\) of input 's0' is 2")
-    refused(scan(8, batch="n"), 9, "batch \\(axis 0\\) of input 's0' is not static")
+    refused(scan(8, batch="n"), 9, "no input's batch \\(axis 0\\) is statically 1")
     refused(scan(8, sequence_lens=True), 9, "it has sequence_lens")
 
 
