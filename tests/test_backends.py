@@ -152,14 +152,14 @@ def _cases() -> list[tuple[str, str, onnx.ModelProto]]:
         ("cuda-13", "cuda", _hardmax_and_argmax(13)),
         ("cuda-bf16-pool", "cuda", cuda_bf16_pool),
         ("dml", "dml", _constant_inputs_model()),
-        ("tensorrt", "tensorrt", _constant_inputs_model([helper.make_node("Hardmax", ["x"], ["h"], name="hard",
-                                                                          axis=1)])),
+        ("tensorrt<10.3", "tensorrt<10.3", _constant_inputs_model([helper.make_node("Hardmax", ["x"], ["h"],
+                                                                                    name="hard", axis=1)])),
         ("tensorrt<9.2", "tensorrt<9.2", _hardmax_and_argmax(11)),
         ("tensorrt>=9.2", "tensorrt>=9.2", hardmax_dynamic),
         ("openvino", "openvino", _hardmax_and_argmax(7)),
         ("coreml-softmaxes", "coreml", softmaxes),
         ("coreml-argmax", "coreml", _hardmax_and_argmax(13, argmin=False)),
-        ("qnn", "qnn", _model([helper.make_node("GlobalMaxPool", ["p"], ["g"], name="pool"),
+        ("qnn<1.17", "qnn<1.17", _model([helper.make_node("GlobalMaxPool", ["p"], ["g"], name="pool"),
                                helper.make_node("Hardmax", ["x"], ["h"], name="hard", axis=0)],
                               [helper.make_tensor_value_info("p", F, [1, 2, 3, 3]),
                                helper.make_tensor_value_info("x", F, [2, 3])], ["g", "h"], 13)),
@@ -391,10 +391,10 @@ def test_cli_convert_for_and_refusal(tmp_path: Path) -> None:
 
 def test_cli_inspect_for_table_and_json() -> None:
     runner = CliRunner()
-    text = runner.invoke(main, ["inspect", str(_example()), "--for", "qnn"])
+    text = runner.invoke(main, ["inspect", str(_example()), "--for", "qnn<1.17"])
     assert text.exit_code == 0, text.output
     lines = text.stdout.splitlines()
-    assert lines[:2] == ["backend: qnn (QNNExecutionProvider)", "nodes it cannot run: 2"]
+    assert lines[:2] == ["backend: qnn<1.17 (QNNExecutionProvider)", "nodes it cannot run: 2"]
     assert lines[2].split() == ["node", "op", "lowerer", "why", "[source]"]
     assert lines[3].startswith("pool") and "globalmaxpool: ReduceMax" in lines[3]
     assert lines[4].startswith("hardmax_axis1") and "hardmax: " in lines[4] and "ArgMax" in lines[4]
