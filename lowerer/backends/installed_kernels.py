@@ -22,6 +22,10 @@ import logging
 import subprocess
 import sys
 from collections.abc import Mapping
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from pathlib import Path
 from dataclasses import dataclass
 
 __all__ = ["KernelRows", "installed_kernels", "installed_release"]
@@ -97,19 +101,74 @@ def _from_table(provider: str, release: str) -> KernelRows | None:
     return KernelRows(provider, rows, table.source, exact, table.version)
 
 
+def _cache_file() -> Path | None:
+    """Where the child's answer for this interpreter's onnxruntime is kept (None: no onnxruntime found).
+
+    Named after the onnxruntime build: its release and the name, size and time of each library in
+    its ``capi`` folder (onnxruntime-gpu over onnxruntime, a reinstall: another file).
+    """
+    import hashlib
+    import importlib.util
+    import os
+    from pathlib import Path
+
+    spec = importlib.util.find_spec("onnxruntime")
+    if spec is None or not spec.origin:
+        return None
+    capi = Path(spec.origin).parent / "capi"
+    try:
+        libs = sorted((e.name, e.stat().st_size, e.stat().st_mtime_ns) for e in os.scandir(capi)
+                      if ".so" in e.name or e.name.endswith((".dll", ".dylib", ".pyd")))
+    except OSError:
+        return None
+    key = hashlib.sha256(repr((spec.origin, libs)).encode()).hexdigest()[:16]
+    root = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "lowerer"
+    return root / f"onnxruntime-{installed_release()}-kernels-{key}.json"
+
+
+def _child_json(python: str | None) -> str:
+    """The child's JSON answer; for this interpreter, read once per onnxruntime build and kept on disk."""
+    import os
+
+    cache = _cache_file() if python is None else None
+    if cache is not None:
+        try:
+            return str(cache.read_text(encoding="utf-8"))
+        except (OSError, UnicodeDecodeError):
+            pass
+    done = subprocess.run([python or sys.executable, "-c", _CHILD], capture_output=True, timeout=300, check=False)
+    if done.returncode != 0:
+        how = f"died by signal {-done.returncode}" if done.returncode < 0 else f"ended with exit {done.returncode}"
+        raise _ChildError(f"reading its kernel table in a child process {how}")
+    text = done.stdout.decode("utf-8", "replace").strip().splitlines()[-1] if done.stdout.strip() else ""
+    if cache is not None and text.startswith("{"):
+        try:  # best effort: a cache that cannot be written is read again next time
+            cache.parent.mkdir(parents=True, exist_ok=True)
+            tmp = cache.with_name(f".{cache.name}.{os.getpid()}")
+            tmp.write_text(text, encoding="utf-8")
+            os.replace(tmp, cache)
+        except OSError:
+            pass
+    return text
+
+
+class _ChildError(Exception):
+    pass
+
+
 @functools.lru_cache(maxsize=2)
 def _child_rows(python: str | None = None) -> dict[str, Rows] | str:
     """Every provider's default-domain kernels, read once in a child process (or why they could not be)."""
     try:
-        done = subprocess.run([python or sys.executable, "-c", _CHILD], capture_output=True, timeout=300, check=False)
+        text = _child_json(python)
+    except _ChildError as e:
+        return str(e)
     except (OSError, subprocess.TimeoutExpired) as e:
         return f"reading its kernel table failed ({e})"
-    if done.returncode != 0:
-        how = f"died by signal {-done.returncode}" if done.returncode < 0 else f"ended with exit {done.returncode}"
-        return f"reading its kernel table in a child process {how}"
     try:
-        raw = json.loads(done.stdout.decode("utf-8", "replace").strip().splitlines()[-1])
-    except (IndexError, ValueError, AttributeError):
+        raw = json.loads(text)
+        assert isinstance(raw, dict)
+    except (ValueError, AssertionError):
         return "reading its kernel table gave no answer"
     out: dict[str, Rows] = {}
     for provider, kernels in raw.items():

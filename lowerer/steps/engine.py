@@ -14,6 +14,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Any
 
 import onnx
 
@@ -52,6 +53,7 @@ from lowerer.steps.registry import (
     next_step,
     step_ends,
 )
+from lowerer.steps.stamping import MAX_PER_KEY, NamesMade, Pattern, Recorder, record, static_key
 
 __all__ = ["Conversion", "Pick", "Picker", "StepEngine", "first_version", "refuse_attribute_references"]
 
@@ -137,6 +139,9 @@ def refuse_attribute_references(node: onnx.NodeProto, scope: Scope, op: str, tar
 class StepEngine:
     """Converts nodes of one model, sharing its names, facts and caches.
 
+    A node's conversion is computed once per pattern and stamped onto later nodes of the pattern
+    (:mod:`lowerer.steps.stamping`).
+
     Args:
         registry: the registry whose :meth:`~lowerer.steps.registry.Registry.resolve` decides each entry.
         names: fresh names for everything made.
@@ -147,6 +152,9 @@ class StepEngine:
         picker: picks a backend form per node of ``picked_ops`` once it is at the target (``--for``).
         picked_ops: the ops ``picker`` is asked about.
     """
+
+    #: Tests: set to a callable to check every stamp against a fresh emission (see ``check_stamps``).
+    check_all_stamps: Callable[[onnx.NodeProto, Conversion | None, Conversion | None], None] | None = None
 
     def __init__(self, registry: Registry, names: NameGenerator, shapes: ShapeIndex, constants: ConstantIndex,
                  request: Request = NO_REQUEST, used: Callable[[str], bool] = lambda name: True,
@@ -163,6 +171,13 @@ class StepEngine:
         self._tables: dict[tuple[int, int], dict[str, bool]] = {}
         self._forms: dict[tuple[str, str, tuple[object, ...]], Rule] = {}
         self._own_ops = frozenset(op for name in request.decompose for op in registry.decompositions[name].op_types)
+        #: Recorded conversions by static key (see :mod:`lowerer.steps.stamping`).
+        self._patterns: dict[tuple[object, ...], list[Pattern]] = {}
+        #: How many conversions were stamped from a recorded pattern.
+        self.stamped = 0
+        #: Tests: called with (node, stamped conversion, fresh conversion) on every stamp.
+        self.check_stamps: Callable[[onnx.NodeProto, Conversion | None, Conversion | None], None] | None = \
+            StepEngine.check_all_stamps
 
     # -- the quick answer ----------------------------------------------------------------------
     def untouched_table(self, source: int, target: int) -> dict[str, bool]:
@@ -209,7 +224,48 @@ class StepEngine:
         Raises:
             ConversionError: no exact conversion exists (the message names node, op, versions and why).
         """
-        facts = Facts(scope, self.shapes, self.constants, self._used)
+        key = None if self.picker is not None else static_key(node, scope, source, target)
+        if key is None:
+            return self._convert(node, scope, source, target, self.shapes, self.constants, self._used)
+        patterns = self._patterns.setdefault(key, [])
+        for pattern in patterns:
+            if pattern.matches(node, scope, self.shapes, self.constants, self._used):
+                self.stamped += 1
+                return self._stamp(pattern, node, scope, source, target)
+        recorder = Recorder(node, self.shapes, self.constants, self._used)
+        names, self.names = self.names, NamesMade(self.names)  # type: ignore[assignment]
+        try:
+            conversion = self._convert(node, scope, source, target, recorder, recorder, recorder)
+            made = self.names
+        finally:
+            self.names = names
+        assert isinstance(made, NamesMade)
+        if len(patterns) < MAX_PER_KEY:
+            recorded = record(node, recorder, made, conversion.nodes if conversion is not None else None,
+                             conversion.constants if conversion is not None else [],
+                             conversion.crossings if conversion is not None else [],
+                             conversion.first_version if conversion is not None else None)
+            if recorded is not None:
+                patterns.append(recorded)
+        return conversion
+
+    def _stamp(self, pattern: Pattern, node: onnx.NodeProto, scope: Scope, source: int, target: int
+               ) -> Conversion | None:
+        """``pattern``'s replacement stamped with ``node``'s names (checked against a fresh emission in tests)."""
+        stamped = pattern.stamp(node, self.names)
+        if stamped is None:
+            conversion = None
+        else:
+            conversion = Conversion(stamped[0], stamped[1], list(pattern.crossings), pattern.first_version,
+                                    node.name)
+        if self.check_stamps is not None:
+            fresh = self._convert(node, scope, source, target, self.shapes, self.constants, self._used)
+            self.check_stamps(node, conversion, fresh)
+        return conversion
+
+    def _convert(self, node: onnx.NodeProto, scope: Scope, source: int, target: int, shapes: Any, constants: Any,
+                 used: Callable[[str], bool]) -> Conversion | None:
+        facts = Facts(scope, shapes, constants, used)
         conversion = Conversion([], first_name=node.name)
         try:
             nodes = self._to(node, scope, source, target, facts, conversion, 0)

@@ -71,8 +71,14 @@ PICKED = "the backend profile names it"
 @functools.lru_cache(maxsize=4096)
 def history(op: str) -> tuple[int, ...]:
     """The since-versions of ``op`` in onnx's schemas, oldest first (empty for an unknown op)."""
-    found = {since_version(op, o) for o in range(1, onnx.defs.onnx_opset_version() + 1)}
-    return tuple(sorted(v for v in found if v is not None))
+    from lowerer.steps.schemas import versions
+
+    try:  # read from the schema table once (get_schema per opset and op costs about 35 ms at import)
+        found = versions(op)
+    except KeyError:
+        return ()
+    newest = onnx.defs.onnx_opset_version()
+    return tuple(v for v in found if v <= newest)
 
 
 def next_step(op: str, version: int, direction: str) -> Step:
