@@ -6,7 +6,6 @@ structure and constants) are checked once; later ones reuse the result.
 
 from __future__ import annotations
 
-import functools
 import time
 import zlib
 from collections import Counter
@@ -21,8 +20,10 @@ import onnx
 from lowerer import reference
 from lowerer.errors import VerificationError
 from lowerer.report import Rewrite, RewriteStatus
-from lowerer.scopes import has_subgraphs, node_graphs
+from lowerer.scopes import has_subgraphs
 from lowerer.verification import blame
+from lowerer.verification.canon import Canon as _Canon
+from lowerer.verification.canon import canon_of
 from lowerer.verification.compare import (
     ARITHMETIC_OPS,
     EXPANSION_ULPS,
@@ -33,6 +34,7 @@ from lowerer.verification.compare import (
     tolerance_for,
     worst_difference,
 )
+from lowerer.verification.domain import into_domain, outside_spec
 from lowerer.verification.inputs import JUDGED_KINDS, InputSet, bind_shapes, generate, kinds_for, min_rank_for
 from lowerer.verification.models import small_model
 from lowerer.verification.propagated import budget_kind
@@ -65,196 +67,6 @@ class CheckResult:
     failure: str | None = None
 
 
-class _Canon:
-    """A rewrite with value names made canonical (``in0``, ``out0``, ``t3``) and node names dropped.
-
-    The key is computed without copying nodes; the canonical copies are made only on a cache miss.
-    """
-
-    def __init__(self, rewrite: Rewrite) -> None:
-        assert rewrite.original is not None
-        self._rewrite = rewrite
-        names: dict[str, str] = {}
-        self.inputs: list[tuple[str, str]] = []  # (canonical, original name): generated inputs
-        #: Constant inputs of the original: (canonical, original name, value), fed as they are.
-        self.fixed: list[tuple[str, str, np.ndarray]] = []
-        #: Shape inputs computed from the other inputs' dims: (canonical, original name, recipe).
-        self.derived: list[tuple[str, str, list[int | tuple[str, int]]]] = []
-        self.outputs: list[tuple[str, str]] = []
-        for i, n in enumerate(rewrite.original.input):
-            if n and n not in names:
-                names[n] = f"in{i}"
-                value = rewrite.input_values.get(n)
-                recipe = rewrite.derived_inputs.get(n)
-                if value is not None:
-                    self.fixed.append((names[n], n, np.asarray(value)))
-                elif recipe is not None:
-                    self.derived.append((names[n], n, recipe))
-                else:
-                    self.inputs.append((names[n], n))
-        for i, n in enumerate(rewrite.original.output):
-            if n:
-                names.setdefault(n, f"out{i}")
-                self.outputs.append((names[n], n))
-        self._names = names
-        types = []
-        for _, orig_name in self.inputs:
-            vt = rewrite.input_types.get(orig_name)
-            types.append(None if vt is None else (int(vt[0]), None if vt[1] is None else tuple(vt[1])))
-        parts: list[object] = [rewrite.from_opset, rewrite.from_version, rewrite.to_opset, tuple(types)]
-        parts += [(c, str(v.dtype), v.shape, v.tobytes()) for c, _, v in self.fixed]
-        parts += [(c, tuple(e if isinstance(e, int) else (names.get(e[0], e[0]), e[1]) for e in r))
-                  for c, _, r in self.derived]
-        parts += [self._node_key(n) for n in (rewrite.original, *rewrite.replacement)]
-        parts += [self._tensor(t).SerializeToString(deterministic=True) for t in rewrite.constants]
-        #: Hashable; equal for rewrites that are the same check.
-        self.key: tuple[object, ...] = tuple(parts)
-
-    @functools.cached_property
-    def fixed_tensors(self) -> list[onnx.TensorProto]:
-        """The constant inputs as initializers, canonical names."""
-        from onnx import numpy_helper
-
-        return [numpy_helper.from_array(v, c) for c, _, v in self.fixed if v.dtype != object]
-
-    def rename(self, n: str) -> str:
-        """The canonical name of value ``n``."""
-        if not n:
-            return ""
-        if n not in self._names:
-            self._names[n] = f"t{len(self._names)}"
-        return self._names[n]
-
-    def _node_key(self, node: onnx.NodeProto) -> tuple[object, ...]:
-        attrs: list[object] = []
-        for a in node.attribute:
-            if a.type == onnx.AttributeProto.GRAPH:
-                attrs.append((a.name, self._graph_key(a.g)))
-                continue
-            if a.type == onnx.AttributeProto.GRAPHS:
-                attrs.append((a.name, tuple(self._graph_key(g) for g in a.graphs)))
-                continue
-            if a.type == onnx.AttributeProto.TENSOR:
-                c = onnx.AttributeProto()
-                c.CopyFrom(a)
-                c.t.name = ""
-                a = c
-            attrs.append(a.SerializeToString())
-        return (node.op_type, node.domain, tuple(self.rename(n) for n in node.input),
-                tuple(self.rename(n) for n in node.output), tuple(attrs))
-
-    def _graph_key(self, g: onnx.GraphProto) -> tuple[object, ...]:
-        """A subgraph's key: its values renamed like the outer ones (bodies read outer values by name)."""
-        return (tuple((self.rename(v.name), v.type.SerializeToString()) for v in g.input),
-                tuple(self._node_key(n) for n in g.node),
-                tuple((self.rename(v.name), v.type.SerializeToString()) for v in g.output),
-                tuple(self._tensor(t).SerializeToString() for t in g.initializer))
-
-    def _rename_in_place(self, node: onnx.NodeProto) -> None:
-        node.name = ""
-        node.doc_string = ""
-        for i, n in enumerate(node.input):
-            node.input[i] = self.rename(n)
-        for i, n in enumerate(node.output):
-            node.output[i] = self.rename(n)
-        for a in node.attribute:
-            if a.type == onnx.AttributeProto.TENSOR:
-                a.t.name = ""
-        for g in node_graphs(node):
-            g.name = "body"
-            for v in (*g.input, *g.output, *g.value_info):
-                v.name = self.rename(v.name)
-            for t in g.initializer:
-                t.name = self.rename(t.name)
-            for n in g.node:
-                self._rename_in_place(n)
-
-    def _tensor(self, t: onnx.TensorProto) -> onnx.TensorProto:
-        c = onnx.TensorProto()
-        c.CopyFrom(t)
-        c.name = self.rename(t.name)
-        return c
-
-    def _node(self, node: onnx.NodeProto) -> onnx.NodeProto:
-        c = onnx.NodeProto()
-        c.CopyFrom(node)
-        self._rename_in_place(c)
-        return c
-
-    @functools.cached_property
-    def original(self) -> onnx.NodeProto:
-        """The original node, canonical names."""
-        assert self._rewrite.original is not None
-        return self._node(self._rewrite.original)
-
-    @functools.cached_property
-    def replacement(self) -> list[onnx.NodeProto]:
-        """The replacement nodes, canonical names."""
-        return [self._node(n) for n in self._rewrite.replacement]
-
-    @functools.cached_property
-    def constants(self) -> list[onnx.TensorProto]:
-        """The replacement's constants, canonical names."""
-        return [self._tensor(t) for t in self._rewrite.constants]
-
-
-def _outside_spec(canon: _Canon, feeds: dict[str, np.ndarray]) -> str | None:
-    """Why the original node is outside the ONNX spec on ``feeds`` (then nothing is judged there), or None.
-
-    Reshape with ``allowzero=1`` and a shape holding both -1 and 0 is invalid by the spec (onnxruntime
-    still answers, inconsistently).
-    """
-    node = canon.original
-    if node.op_type == "Reshape" and any(a.name == "allowzero" and a.i == 1 for a in node.attribute) \
-            and len(node.input) > 1:
-        shape = feeds.get(node.input[1])
-        if shape is None:
-            shape = next((v for c, _, v in canon.fixed if c == node.input[1]), None)
-        if shape is not None and bool(np.any(shape == -1)) and bool(np.any(shape == 0)):
-            return "the original is outside the ONNX spec there (Reshape allowzero=1 with both -1 and 0 in the shape)"
-    return None
-
-
-def _attr_int(node: onnx.NodeProto, name: str, default: int) -> int:
-    return next((int(a.i) for a in node.attribute if a.name == name), default)
-
-
-def _into_domain(canon: _Canon, feeds: dict[str, np.ndarray]) -> None:
-    """Generated values moved into the original op's domain, where random ones would make it fail.
-
-    Indices of Gather/GatherElements/ScatterElements are folded into ``[-dim, dim)`` of their axis (each
-    last-axis column of GatherND/ScatterND indices into its data dim's), an integer divisor
-    of Mod/Div that is 0 (or -1 under the type's minimum, which overflows) becomes 1, and a shape for
-    ConstantOfShape becomes small and non-negative. The values stay seeded and tie-heavy otherwise.
-    """
-    node = canon.original
-    op, ins = node.op_type, list(node.input)
-    if op in ("GatherND", "ScatterND") and len(ins) > 1 and ins[0] in feeds and ins[1] in feeds:
-        data, idx = feeds[ins[0]], feeds[ins[1]]
-        batch = _attr_int(node, "batch_dims", 0) if op == "GatherND" else 0
-        k = idx.shape[-1] if idx.ndim else 0
-        if idx.dtype.kind in "iu" and 0 < k <= data.ndim - batch:
-            dims = np.array(data.shape[batch:batch + k], np.int64)
-            if (dims > 0).all():
-                feeds[ins[1]] = (np.mod(idx.astype(np.int64), 2 * dims) - dims).astype(idx.dtype)
-    elif op in ("Gather", "GatherElements", "ScatterElements") and len(ins) > 1 and ins[0] in feeds \
-            and ins[1] in feeds:
-        data, idx = feeds[ins[0]], feeds[ins[1]]
-        axis = _attr_int(node, "axis", 0)
-        axis = axis + data.ndim if axis < 0 else axis
-        dim = data.shape[axis] if 0 <= axis < data.ndim else 0
-        if dim > 0 and idx.dtype.kind in "iu":
-            feeds[ins[1]] = (np.mod(idx.astype(np.int64), 2 * dim) - dim).astype(idx.dtype)
-    elif op in ("Mod", "Div") and len(ins) > 1 and ins[1] in feeds and feeds[ins[1]].dtype.kind in "iu":
-        b = feeds[ins[1]].copy()
-        b[b == 0] = 1
-        if b.dtype.kind == "i":
-            b[b == -1] = 1
-        feeds[ins[1]] = b
-    elif op == "ConstantOfShape" and ins and ins[0] in feeds:
-        feeds[ins[0]] = np.mod(np.abs(feeds[ins[0]]), 5).astype(feeds[ins[0]].dtype)
-
-
 def _budget_record(budget: str, dtypes: list[np.dtype[Any]], max_ulp: int | None, op: str) -> dict[str, Any]:
     """What a rewrite's float outputs were judged by, for its report record."""
     if budget == "exact":
@@ -266,14 +78,6 @@ def _budget_record(budget: str, dtypes: list[np.dtype[Any]], max_ulp: int | None
                        "ulp, or within as many epsilons of the output's largest magnitude"}
     return {"kind": "kernel", "why": f"{op} computes its values; the two sides' kernels may round differently",
             "epsilons_of_scale": KERNEL_EPSILONS}
-
-
-def canon_of(rewrite: Rewrite) -> _Canon:
-    """The canonical form of ``rewrite``, made once per record (the strict checker and the verifier share it)."""
-    made = rewrite.__dict__.get("_canon")
-    if made is None:
-        made = rewrite.__dict__["_canon"] = _Canon(rewrite)
-    return made
 
 
 def _derived_feeds(canon: _Canon, shapes: dict[str, tuple[int, ...]]) -> dict[str, np.ndarray]:
@@ -638,8 +442,8 @@ class _Trial:
         desc = InputSet(kind, shapes).describe(self.shown_names, self.dtypes)
         feeds = {n: generate(kind, e, s, rng) for n, e, s in zip(self.names, self.elems, shapes, strict=True)}
         feeds.update(_derived_feeds(canon, dict(zip(self.names, shapes, strict=True))))
-        _into_domain(canon, feeds)
-        outside = _outside_spec(canon, feeds)
+        into_domain(canon.original, feeds)
+        outside = outside_spec(canon.original, feeds, {c: v for c, _, v in canon.fixed})
         if outside:
             self.skipped.append(f"{desc}: {outside}")
             return None
