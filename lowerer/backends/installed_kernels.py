@@ -28,7 +28,7 @@ if TYPE_CHECKING:
     from pathlib import Path
 from dataclasses import dataclass
 
-__all__ = ["KernelRows", "installed_kernels", "installed_release"]
+__all__ = ["CACHE_ENV", "KernelRows", "installed_kernels", "installed_release"]
 
 logger = logging.getLogger(__name__)
 
@@ -87,22 +87,35 @@ def installed_release() -> str:
 
 
 def _from_table(provider: str, release: str) -> KernelRows | None:
-    from lowerer.backends.kernel_tables import nearest_table
+    """``release``'s shipped table of ``provider``, else the newest older one that has the provider."""
+    from lowerer.backends.kernel_tables import kernel_table, nearest_table, shipped_releases
 
     found = nearest_table(release)
     if found is None:
         return None
     table, exact = found
-    if provider not in table.providers():
-        return None
+    if provider not in table.providers():  # a table read from a CPU wheel: an older one may list the provider
+        older = [kernel_table(r) for r in shipped_releases() if _minor(r) < _minor(table.version)]
+        with_provider = [t for t in older if t is not None and provider in t.providers()]
+        if not with_provider:
+            return None
+        table, exact = with_provider[-1], False
     rows: Rows = {}
     for op in sorted(table.ops(provider)):
         rows[op] = [(low, high, types) for low, high, types in table.ranges(provider, op)]
     return KernelRows(provider, rows, table.source, exact, table.version)
 
 
+def _minor(release: str) -> tuple[int, ...]:
+    return tuple(int(p) for p in release.split(".")[:2])
+
+
+#: The folder the child's answer is kept in, when set (lowerer writes nothing to the user's home by itself).
+CACHE_ENV = "LOWERER_CACHE_DIR"
+
+
 def _cache_file() -> Path | None:
-    """Where the child's answer for this interpreter's onnxruntime is kept (None: no onnxruntime found).
+    """Where the child's answer for this onnxruntime is kept (None: no cache asked for, or no onnxruntime).
 
     Named after the onnxruntime build: its release and the name, size and time of each library in
     its ``capi`` folder (onnxruntime-gpu over onnxruntime, a reinstall: another file).
@@ -122,8 +135,10 @@ def _cache_file() -> Path | None:
     except OSError:
         return None
     key = hashlib.sha256(repr((spec.origin, libs)).encode()).hexdigest()[:16]
-    root = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "lowerer"
-    return root / f"onnxruntime-{installed_release()}-kernels-{key}.json"
+    root = os.environ.get(CACHE_ENV)
+    if not root:  # nothing is written outside what the user names: no cache unless asked for
+        return None
+    return Path(root) / f"onnxruntime-{installed_release()}-kernels-{key}.json"
 
 
 def _child_json(python: str | None) -> str:
