@@ -87,27 +87,17 @@ def installed_release() -> str:
 
 
 def _from_table(provider: str, release: str) -> KernelRows | None:
-    """``release``'s shipped table of ``provider``, else the newest older one that has the provider."""
-    from lowerer.backends.kernel_tables import kernel_table, nearest_table, shipped_releases
+    """``release``'s shipped table of ``provider``, else the newest older one that lists the provider."""
+    from lowerer.backends.kernel_tables import provider_table
 
-    found = nearest_table(release)
+    found = provider_table(release, provider)
     if found is None:
         return None
     table, exact = found
-    if provider not in table.providers():  # a table read from a CPU wheel: an older one may list the provider
-        older = [kernel_table(r) for r in shipped_releases() if _minor(r) < _minor(table.version)]
-        with_provider = [t for t in older if t is not None and provider in t.providers()]
-        if not with_provider:
-            return None
-        table, exact = with_provider[-1], False
     rows: Rows = {}
     for op in sorted(table.ops(provider)):
         rows[op] = [(low, high, types) for low, high, types in table.ranges(provider, op)]
     return KernelRows(provider, rows, table.source, exact, table.version)
-
-
-def _minor(release: str) -> tuple[int, ...]:
-    return tuple(int(p) for p in release.split(".")[:2])
 
 
 #: The folder the child's answer is kept in, when set (lowerer writes nothing to the user's home by itself).

@@ -31,7 +31,7 @@ from dataclasses import dataclass, field
 from importlib import resources
 from typing import Any, TypeAlias
 
-__all__ = ["KernelRange", "KernelTable", "holds", "kernel_table", "nearest_table", "shipped_releases"]
+__all__ = ["KernelRange", "KernelTable", "holds", "kernel_table", "nearest_table", "provider_table", "shipped_releases"]
 
 _PACKAGE = "lowerer.backends.kernels"
 _RELEASE = re.compile(r"^(\d+)\.(\d+)(?:[.+\-].*)?$")
@@ -261,3 +261,22 @@ def nearest_table(release: str, runtime: str = "onnxruntime") -> tuple[KernelTab
     best = max(older)
     table = kernel_table(f"{best[0]}.{best[1]}", runtime)
     return None if table is None else (table, best == want)
+
+
+def provider_table(release: str, provider: str, runtime: str = "onnxruntime") -> tuple[KernelTable, bool] | None:
+    """The table of ``release`` that lists ``provider``, else the newest older one that does.
+
+    Tables read from a CPU wheel's own registry list the CPU provider only; the CUDA and DirectML
+    rows then come from the newest documented release before it.
+
+    Returns:
+        ``(table, exact)``: ``exact`` when it is ``release``'s own; None when no shipped table of
+        ``release`` or older lists the provider.
+    """
+    want = _minor(release)
+    older = sorted((key for key in _shipped(runtime) if key <= want), reverse=True)
+    for key in older:
+        table = kernel_table(f"{key[0]}.{key[1]}", runtime)
+        if table is not None and provider in table.providers():
+            return table, key == want
+    return None

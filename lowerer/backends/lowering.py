@@ -233,13 +233,13 @@ def _runs_here(release: str) -> bool:
 def _per_table(model: onnx.ModelProto, plan: BackendPlan, release: str) -> Placement:
     """The placement a named release's kernel table predicts, stated as the table's: it is not run here."""
     from lowerer.backends.installed_kernels import installed_release
-    from lowerer.backends.kernel_tables import nearest_table
+    from lowerer.backends.kernel_tables import provider_table
     from lowerer.backends.placement import classify
 
     provider = plan.profile.provider
     here = f"the installed onnxruntime is {installed_release()}, not {release}"
-    found = nearest_table(release)
-    if found is None or provider not in found[0].providers():
+    found = provider_table(release, provider)
+    if found is None:
         return Placement(NOT_PROVEN, provider, f"{here}; lowerer ships no {provider} kernel table of onnxruntime "
                                                f"{release}: nothing is stated about placement")
     table, exact = found

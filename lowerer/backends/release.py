@@ -49,14 +49,12 @@ class ReleaseTable:
 @functools.lru_cache(maxsize=32)
 def release_table(release: str, provider: str) -> ReleaseTable | None:
     """The kernel table of ``provider`` in onnxruntime ``release`` (None: no shipped table holds it)."""
-    from lowerer.backends.kernel_tables import nearest_table
+    from lowerer.backends.kernel_tables import provider_table
 
-    found = nearest_table(release)
+    found = provider_table(release, provider)
     if found is None:
         return None
     table, exact = found
-    if provider not in table.providers():
-        return None
     ranges = {op: tuple((lo, hi) for lo, hi, _ in table.ranges(provider, op)) for op in table.ops(provider)}
     return ReleaseTable(release, provider, ranges, table.source, exact)
 
