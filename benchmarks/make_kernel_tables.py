@@ -17,15 +17,31 @@ names which repository and ref each release is read from. The output is determin
 Where a release's tag was in no mirror that could be had, ``RELEASES`` names the newest upstream
 release-branch commit found (its ``VERSION_NUMBER`` is checked against the version written) and the
 file's ``source`` says so: ``@ commit <sha> (release branch, VERSION_NUMBER 1.24.4; no tag)``.
+
+``--from-wheel 1.25.1,1.26.0,...`` reads a release from the PyPI wheel instead, for releases whose doc could
+not be had: the CPU wheel ``onnxruntime==X`` is downloaded (``pip download``, kept under ``--cache``/wheels),
+installed with numpy into the cached venv ``--cache``/ort-X (the one ``benchmarks/runtime_matrix.py`` makes
+and reuses; the installed native module is checked against the wheel's RECORD), and a child process in that
+venv lists ``onnxruntime.capi._pybind_state.get_all_opkernel_def()``: the CPUExecutionProvider rows (the CPU
+wheel registers no other real provider), every domain, one row per (op, start, end) with the union of the
+types registered per constraint, INT_MAX ends written null. ``max_opset`` is the highest default-domain
+opset (from 30 down) at which a one-node Identity model (IR 8) opens in that venv, ``max_ir`` the highest IR
+version (from 15 down) at which the same model at ``max_opset`` opens; the models are built here with onnx
+and passed to the child as bytes. Usage::
+
+    python benchmarks/make_kernel_tables.py --from-wheel 1.25.1,1.26.0 [--cache ~/.cache/lowerer-runtime-matrix]
 """
 
 from __future__ import annotations
 
 import argparse
+import base64
+import hashlib
 import json
 import re
 import subprocess
 import sys
+import zipfile
 from pathlib import Path
 from typing import Any, NamedTuple
 
@@ -233,13 +249,186 @@ def build(mirrors: Path, out_dir: Path) -> list[Path]:
     return written
 
 
+# ------------------------------------------------------------------------------------- from the PyPI wheel
+
+INT_MAX = 2**31 - 1
+WHEEL_PROVIDER = "CPUExecutionProvider"
+PROBE_OPSET_FROM = 30
+PROBE_IR_FROM = 15
+PROBE_OPSET_IR = 8  # the IR version of the opset probes (every release here loads IR 8)
+
+# Runs in the release's venv: its registry, and which of the probe models (bytes, base64) it opens.
+_WHEEL_CHILD = r"""
+import base64, json, sys
+import onnxruntime
+from onnxruntime.capi import _pybind_state as C
+job = json.loads(sys.stdin.read())
+out = {"version": onnxruntime.__version__, "providers": onnxruntime.get_available_providers()}
+if job.get("kernels"):
+    out["kernels"] = [[k.provider, k.domain, k.op_name, k.version_range[0], k.version_range[1],
+                       {n: list(v) for n, v in k.type_constraints.items()}] for k in C.get_all_opkernel_def()]
+opts = onnxruntime.SessionOptions()
+opts.log_severity_level = 3
+opened = {}
+for key, blob in job.get("models", []):
+    try:
+        onnxruntime.InferenceSession(base64.b64decode(blob), opts, providers=["CPUExecutionProvider"])
+        opened[key] = None
+    except Exception as e:
+        opened[key] = " ".join(str(e).split())[-200:]
+out["opened"] = opened
+print(json.dumps(out))
+"""
+
+
+def _identity_model(opset: int, ir: int) -> bytes:
+    from onnx import TensorProto, helper
+
+    graph = helper.make_graph([helper.make_node("Identity", ["x"], ["y"])], "probe",
+                              [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1])])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)], ir_version=ir)
+    return bytes(model.SerializeToString())
+
+
+def _child(python: Path, job: dict[str, Any]) -> dict[str, Any]:
+    done = subprocess.run([str(python), "-c", _WHEEL_CHILD], input=json.dumps(job), capture_output=True,
+                          text=True, timeout=600, check=False)
+    if done.returncode != 0:
+        raise SystemExit(f"{python}: the child failed (exit {done.returncode}): {done.stderr[-500:]}")
+    out: dict[str, Any] = json.loads(done.stdout.strip().splitlines()[-1])
+    return out
+
+
+def _first_open(python: Path, candidates: list[tuple[str, bytes]]) -> tuple[str | None, dict[str, str | None]]:
+    """The first candidate (in order) that opens in ``python``'s onnxruntime, and why each one tried did not."""
+    got = _child(python, {"models": [[key, base64.b64encode(blob).decode()] for key, blob in candidates]})
+    opened = got["opened"]
+    first = next((key for key, _ in candidates if opened[key] is None), None)
+    return first, opened
+
+
+def ensure_wheel(cache: Path, version: str) -> Path:
+    """The CPU wheel of ``onnxruntime==version`` for this interpreter, downloaded once into ``cache/wheels``."""
+    wheels = cache / "wheels"
+    pattern = f"onnxruntime-{version}-*.whl"
+    found = sorted(wheels.glob(pattern))
+    if not found:
+        wheels.mkdir(parents=True, exist_ok=True)
+        subprocess.run([sys.executable, "-m", "pip", "download", "-q", "--disable-pip-version-check", "--no-deps",
+                        "--only-binary=:all:", "-d", str(wheels), f"onnxruntime=={version}"], check=True)
+        found = sorted(wheels.glob(pattern))
+    if len(found) != 1:
+        raise SystemExit(f"expected one wheel {pattern} in {wheels}, found {[p.name for p in found]}")
+    return found[0]
+
+
+def _record(lines: str) -> dict[str, str]:
+    return {row.split(",")[0]: row.split(",")[1] for row in lines.splitlines() if row.count(",") >= 2}
+
+
+def check_installed_from(wheel: Path, python: Path) -> None:
+    """Raise unless the venv's onnxruntime native modules are the wheel's (same hashes in both RECORDs)."""
+    with zipfile.ZipFile(wheel) as zf:
+        name = next(n for n in zf.namelist() if n.endswith(".dist-info/RECORD"))
+        in_wheel = _record(zf.read(name).decode())
+    where = subprocess.run([str(python), "-c", "import importlib.metadata as m; d = m.distribution('onnxruntime');"
+                            "print(d._path / 'RECORD')"], capture_output=True, text=True, check=True).stdout.strip()
+    installed = _record(Path(where).read_text())
+    native = [n for n in in_wheel if n.startswith("onnxruntime/capi/") and n.endswith((".so", ".pyd", ".dylib"))]
+    differ = [n for n in native if installed.get(n) != in_wheel[n]]
+    if not native or differ:
+        raise SystemExit(f"{python}: onnxruntime's native modules are not those of {wheel.name}: {differ or 'none'}")
+
+
+def wheel_rows(kernels: list[list[Any]]) -> dict[str, dict[str, dict[str, list[list[Any]]]]]:
+    """get_all_opkernel_def rows -> ``{provider: {domain: {op: [[low, high|None, {c: [types]}], ...]}}}``.
+
+    CPUExecutionProvider only; the registry's one row per registered type becomes one row per range with
+    the union of the types per constraint (sorted, as the doc writes them); rows newest first.
+    """
+    merged: dict[tuple[str, str, int, int | None], dict[str, set[str]]] = {}
+    for provider, domain, op, low, high, types in kernels:
+        if provider != WHEEL_PROVIDER:
+            continue
+        key = ("" if domain == "ai.onnx" else domain, op, int(low), None if high >= INT_MAX else int(high))
+        row = merged.setdefault(key, {})
+        for name, allowed in types.items():
+            row.setdefault(name, set()).update(allowed)
+    out: dict[str, dict[str, dict[str, list[list[Any]]]]] = {}
+    for (domain, op, low, high), types in sorted(merged.items(), key=lambda kv: (kv[0][0], kv[0][1], -kv[0][2])):
+        typed = {name: sorted(types[name]) for name in sorted(types)}
+        out.setdefault(WHEEL_PROVIDER, {}).setdefault(domain, {}).setdefault(op, []).append([low, high, typed])
+    return out
+
+
+def build_from_wheel(versions: list[str], cache: Path, out_dir: Path) -> list[Path]:
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+    from runtime_matrix import ensure_venv, venv_python
+
+    written = []
+    for version in versions:
+        wheel = ensure_wheel(cache, version)
+        digest = hashlib.sha256(wheel.read_bytes()).hexdigest()
+        info = ensure_venv(cache, version)
+        if not info.get("ok") or info.get("onnxruntime") != version:
+            raise SystemExit(f"onnxruntime=={version}: no venv ({info.get('error', info)})")
+        python = venv_python(Path(info["venv"]))
+        check_installed_from(wheel, python)
+        got = _child(python, {"kernels": True})
+        if got["version"] != version:
+            raise SystemExit(f"{python}: onnxruntime {got['version']}, not {version}")
+        providers = wheel_rows(got["kernels"])
+        others = sorted({k[0] for k in got["kernels"]} - {WHEEL_PROVIDER})
+        opset, why_opset = _first_open(python, [(str(n), _identity_model(n, PROBE_OPSET_IR))
+                                                for n in range(PROBE_OPSET_FROM, 0, -1)])
+        if opset is None:
+            raise SystemExit(f"onnxruntime=={version}: no Identity model opened: {why_opset}")
+        ir, why_ir = _first_open(python, [(str(n), _identity_model(int(opset), n))
+                                          for n in range(PROBE_IR_FROM, 0, -1)])
+        if ir is None:
+            raise SystemExit(f"onnxruntime=={version}: no IR version opened at opset {opset}: {why_ir}")
+        refused_opset = why_opset.get(str(int(opset) + 1))
+        refused_ir = why_ir.get(str(int(ir) + 1))
+        print(f"onnxruntime=={version} ({wheel.name}): opset {opset}, IR {ir}; "
+              f"registry providers other than CPU skipped: {others or 'none'}; available: {got['providers']}\n"
+              f"  opset {int(opset) + 1}: {refused_opset}\n  IR {int(ir) + 1}: {refused_ir}")
+        lists, shared = compact(providers)
+        minor = ".".join(version.split(".")[:2])
+        data = {
+            "runtime": "onnxruntime",
+            "version": version,
+            "source": f"onnxruntime {version}'s own kernel registry: get_all_opkernel_def() of the PyPI wheel "
+                      f"onnxruntime=={version} ({wheel.name}, sha256 {digest[:16]})",
+            "max_opset": int(opset),
+            "max_ir": int(ir),
+            "versioning_source": f"probed in onnxruntime=={version}: the highest opset and IR version a one-node "
+                                 f"model opens at",
+            "type_lists": lists,
+            "providers": shared,
+        }
+        path = out_dir / f"onnxruntime-{minor}.json"
+        path.write_text(json.dumps(data, separators=(",", ":"), sort_keys=False) + "\n", encoding="utf-8")
+        written.append(path)
+    return written
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--mirrors", type=Path, default=Path("/work/.mirror"), help="<owner>+<name>/repo git dirs")
     ap.add_argument("--out", type=Path, default=ROOT / "lowerer" / "backends" / "kernels")
+    ap.add_argument("--from-wheel", metavar="VERSION[,VERSION...]",
+                    help="read these releases from their PyPI CPU wheels' kernel registry instead of the docs")
+    ap.add_argument("--cache", type=Path, default=Path.home() / ".cache" / "lowerer-runtime-matrix",
+                    help="the per-release venvs (ort-X) and downloaded wheels (wheels/)")
     args = ap.parse_args(argv)
     args.out.mkdir(parents=True, exist_ok=True)
-    for path in build(args.mirrors, args.out):
+    if args.from_wheel:
+        versions = [v.strip() for v in args.from_wheel.split(",") if v.strip()]
+        paths = build_from_wheel(versions, args.cache, args.out)
+    else:
+        paths = build(args.mirrors, args.out)
+    for path in paths:
         print(f"{path.relative_to(ROOT) if path.is_relative_to(ROOT) else path}: {path.stat().st_size} bytes")
     return 0
 

@@ -1,8 +1,8 @@
-"""The shipped onnxruntime kernel tables (lowerer.backends.kernel_tables) against the docs they came from.
+"""The shipped onnxruntime kernel tables (lowerer.backends.kernel_tables) against the sources they came from.
 
-Rows checked here were read in ``docs/OperatorKernels.md`` at the tags named; the last test compares
-the installed onnxruntime's table (when one of its MAJOR.MINOR is shipped) with the kernels its
-binary registers.
+Rows checked here were read in ``docs/OperatorKernels.md`` at the tags named (1.15 .. 1.24), or listed by
+``get_all_opkernel_def()`` of the PyPI CPU wheel (1.25 ..); the last test compares the installed
+onnxruntime's table (when one of its MAJOR.MINOR is shipped) with the kernels its binary registers.
 """
 
 from __future__ import annotations
@@ -28,6 +28,11 @@ def _table(release: str) -> KernelTable:
     return table
 
 
+def _from_wheel(table: KernelTable) -> bool:
+    """Whether the table is a PyPI wheel's own registry (CPU only), not a release's kernel doc."""
+    return table.source.startswith(f"onnxruntime {table.version}'s own kernel registry: ")
+
+
 def test_releases_shipped_oldest_first() -> None:
     releases = shipped_releases()
     assert releases[:8] == ("1.15", "1.16", "1.17", "1.18", "1.19", "1.20", "1.21", "1.22")
@@ -40,6 +45,18 @@ def test_every_shipped_file_parses_and_cites_its_source(release: str) -> None:
     table = _table(release)
     assert table.runtime == "onnxruntime"
     assert table.version.startswith(release + ".")
+    if _from_wheel(table):
+        # the CPU wheel's registry: its file name and hash; the limits probed in that wheel
+        v = re.escape(table.version)
+        assert re.fullmatch(rf"onnxruntime {v}'s own kernel registry: get_all_opkernel_def\(\) of the PyPI wheel "
+                            rf"onnxruntime=={v} \(onnxruntime-{v}-\S+\.whl, sha256 [0-9a-f]{{16}}\)", table.source)
+        assert table.versioning_source == (f"probed in onnxruntime=={table.version}: the highest opset and IR "
+                                           "version a one-node model opens at")
+        assert table.max_opset is not None and table.max_ir is not None
+        assert table.providers() == (CPU,)
+        assert {"Reshape", "Add", "Conv", "MatMul"} <= table.ops(CPU)
+        assert {"com.microsoft", "ai.onnx.ml"} <= set(table._rows[CPU])
+        return
     # a tag, or (no tag could be had) the upstream release-branch commit whose VERSION_NUMBER is the version
     tag = f"docs/OperatorKernels.md @ v{table.version} (commit "
     branch = "docs/OperatorKernels.md @ commit "
@@ -77,6 +94,11 @@ def test_version_matrix_rows() -> None:
     assert (_table("1.20").max_opset, _table("1.20").max_ir) == (21, 10)
     assert _table("1.22").max_opset is None and _table("1.22").versioning_source is None
     assert "compatibility.md @ gh-pages" in (_table("1.15").versioning_source or "")
+    # probed in each PyPI wheel: 1.25.1 .. 1.31.1 open an opset-26 Identity model at IR 13 ("Current official
+    # support for domain ai.onnx is till opset 26", "max supported IR version: 13"); 1.32.0 opset 28 at IR 14
+    for release in ("1.25", "1.26", "1.27", "1.28", "1.29", "1.30", "1.31"):
+        assert (_table(release).max_opset, _table(release).max_ir) == (26, 13), release
+    assert (_table("1.32").max_opset, _table("1.32").max_ir) == (28, 14)
 
 
 def test_reshape_cpu_15_vs_16() -> None:
@@ -131,52 +153,81 @@ def test_release_lookup() -> None:
     assert nearest_table("1.14.1") is None
 
 
-# The child prints {"version": ..., "kernels": [[op, low, high, {constraint: [types]}], ...]} for the
-# CPU provider's default domain, one entry per registered kernel (a typed kernel is one entry per type).
+def test_wheel_rows_as_registered() -> None:
+    # get_all_opkernel_def of onnxruntime 1.25.1: Reshape 25+ (INT_MAX end), one kernel per range; LpNormalization
+    # split at 22 (1.24's doc: 1+ alone); NonMaxSuppression registered with no type constraint, and kept so
+    t25 = _table("1.25")
+    assert [r[:2] for r in t25.ranges(CPU, "Reshape")][:3] == [(25, None), (24, 24), (23, 23)]
+    assert [r[:2] for r in t25.ranges(CPU, "LpNormalization")] == [(22, None), (1, 21)]
+    assert [r[:2] for r in _table("1.24").ranges(CPU, "LpNormalization")] == [(1, None)]
+    assert list(t25.ranges(CPU, "NonMaxSuppression")) == [(11, None, {}), (10, 10, {})]
+    assert "BitCast" in t25.ops(CPU) and "BitCast" not in _table("1.24").ops(CPU)
+    # the registry's one row per type is merged into one row per range (the union per constraint)
+    types = t25.types(CPU, "Abs", 13)
+    assert types is not None and {"tensor(float)", "tensor(double)", "tensor(int8)"} <= types["T"]
+    # 1.32 split the open rows at opset 28 (Cast 25-27 and 28+)
+    assert [r[:2] for r in _table("1.32").ranges(CPU, "Cast")][:2] == [(28, None), (25, 27)]
+
+
+# The child prints {"version": ..., "kernels": [[domain, op, low, high, {constraint: [types]}], ...]} for the
+# CPU provider, every domain, one entry per registered kernel (a typed kernel is one entry per type).
 _CHILD = r"""
 import json
 import onnxruntime
 from onnxruntime.capi import _pybind_state as C
-rows = [[k.op_name, k.version_range[0], k.version_range[1], {n: list(v) for n, v in k.type_constraints.items()}]
-        for k in C.get_all_opkernel_def() if k.provider == "CPUExecutionProvider" and k.domain in ("", "ai.onnx")]
+rows = [["" if k.domain == "ai.onnx" else k.domain, k.op_name, k.version_range[0], k.version_range[1],
+         {n: list(v) for n, v in k.type_constraints.items()}]
+        for k in C.get_all_opkernel_def() if k.provider == "CPUExecutionProvider"]
 print(json.dumps({"version": onnxruntime.__version__, "kernels": rows}))
 """
 
+_Key = tuple[str, str, int, int | None]
 
-def _binary_rows() -> tuple[str, dict[tuple[str, int, int | None], dict[str, set[str]]]]:
+
+def _binary_rows() -> tuple[str, dict[_Key, dict[str, set[str]]]]:
     proc = subprocess.run([sys.executable, "-c", _CHILD], capture_output=True, text=True, timeout=300)
     if proc.returncode < 0:
         pytest.skip(f"get_all_opkernel_def died by signal {-proc.returncode}")
     if proc.returncode != 0:
         pytest.skip(f"onnxruntime kernel listing unavailable: {proc.stderr[-300:]}")
     data = json.loads(proc.stdout.strip().splitlines()[-1])
-    rows: dict[tuple[str, int, int | None], dict[str, set[str]]] = {}
-    for op, low, high, types in data["kernels"]:
-        row = rows.setdefault((op, low, None if high >= INT_MAX else high), {})
+    rows: dict[_Key, dict[str, set[str]]] = {}
+    for domain, op, low, high, types in data["kernels"]:
+        row = rows.setdefault((domain, op, low, None if high >= INT_MAX else high), {})
         for name, allowed in types.items():
             row.setdefault(name, set()).update(allowed)
     return data["version"], rows
 
 
-def test_installed_release_matches_its_doc() -> None:
-    """The doc of the installed release against its binary: CPU, default domain.
+def test_installed_release_matches_its_table() -> None:
+    """The installed release's table against its binary: CPU.
 
-    What holds (run with onnxruntime 1.22.1 and 1.24.4 put first on PYTHONPATH; the 1.32.0 installed
-    here has no shipped table, so it skips): every doc row is a registered kernel of the same range with
-    the same types per constraint, and every registered kernel is a doc row except those registered with
-    no type constraint at all, which the doc generator leaves out (NonMaxSuppression 10 and 11+).
+    A table read from the release's PyPI wheel (1.25 ..; the 1.32.0 installed here) is its registry: every
+    domain, exactly, the untyped kernels included. A doc table (run with onnxruntime 1.22.1 and 1.24.4 put
+    first on PYTHONPATH) is compared in the default domain: every doc row is a registered kernel of the same
+    range with the same types per constraint, and every registered kernel is a doc row except those
+    registered with no type constraint at all, which the doc generator leaves out (NonMaxSuppression 10 and
+    11+, which the loader adds back).
     """
     pytest.importorskip("onnxruntime")
     version, binary = _binary_rows()
     table = kernel_table(version)
     if table is None:
         pytest.skip(f"no shipped kernel table for onnxruntime {version}")
+    exact = _from_wheel(table)
+    if exact:
+        assert table.version == version, (table.version, version)
+    domains = sorted(table._rows.get(CPU, {})) if exact else [""]
+    if not exact:
+        binary = {key: types for key, types in binary.items() if key[0] == ""}
     doc = {
-        (op, low, high): {name: set(allowed) for name, allowed in types.items()}
-        for op in table.ops(CPU)
-        for low, high, types in table.ranges(CPU, op)
+        (domain, op, low, high): {name: set(allowed) for name, allowed in types.items()}
+        for domain in domains
+        for op in table.ops(CPU, domain)
+        for low, high, types in table.ranges(CPU, op, domain)
     }
-    untyped = {key for key, types in binary.items() if not types}
-    assert set(doc) == set(binary) - untyped, (sorted(set(doc) - set(binary)), sorted(set(binary) - set(doc)))
-    differing = {key: (doc[key], binary[key]) for key in doc if doc[key] != binary[key]}
+    untyped = set() if exact else {key for key, types in binary.items() if not types}
+    assert set(doc) - untyped == set(binary) - untyped, (sorted(set(doc) - set(binary)),
+                                                         sorted(set(binary) - set(doc)))
+    differing = {key: (doc[key], binary[key]) for key in doc if key in binary and doc[key] != binary[key]}
     assert not differing, differing
