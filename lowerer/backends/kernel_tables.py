@@ -1,8 +1,11 @@
-"""onnxruntime's registered kernels per release, as its own docs list them (no onnxruntime import).
+"""onnxruntime's registered kernels per release, from its sources (no onnxruntime import).
 
 The tables are data, ``kernels/<runtime>-<MAJOR.MINOR>.json`` beside this file, written by
-``benchmarks/make_kernel_tables.py`` from ``docs/OperatorKernels.md`` at each release (the file's
-``source`` names the tag, or the release-branch commit where no tag could be had). A kernel row is
+``benchmarks/make_kernel_tables.py``: for 1.15 to 1.24 from ``docs/OperatorKernels.md`` at each
+release (CPU, CUDA and DirectML; the file's ``source`` names the tag, or the release-branch commit
+where no tag could be had), for 1.25 to 1.32 from the PyPI wheel's own registry
+(``get_all_opkernel_def()`` run in that release; CPU only, the CUDA and DirectML rows then come from
+the newest documented release: :func:`provider_table`). A kernel row is
 ``(low, high, types)``: it serves nodes whose op's since-version is in ``[low, high]``; ``high`` is
 None for the doc's open ``N+`` rows, which serve since-version ``N`` only: onnxruntime matches a
 kernel registered without an end version to a node only when the node's since-version equals the
