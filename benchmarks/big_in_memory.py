@@ -10,9 +10,15 @@ RSS before), and checks that the result holds the weight unchanged.
 The result must hold its own copy of the weight (the caller's model is not modified), so the
 absolute peak cannot be below about 2x the weight: the growth is the conversion's own cost.
 
+With ``--save DIR`` the result is then saved with ``lowerer.model_io.save_model(..., external_data=...)``
+into DIR (the weight written from its tensor to the data file, never copied whole), and the peak of
+the save is given too. Run it under an address-space limit to check that it fits, e.g.
+``(ulimit -v $((6 << 20)); python benchmarks/big_in_memory.py --save /tmp/big)``: a conversion or save
+that cannot fit must end in a LowererError, never a bare MemoryError.
+
 Usage::
 
-    python benchmarks/big_in_memory.py [--gb 2.2] [--json]
+    python benchmarks/big_in_memory.py [--gb 2.2] [--json] [--save DIR]
 """
 
 from __future__ import annotations
@@ -50,8 +56,8 @@ def big_model(size: int) -> onnx.ModelProto:
     return model
 
 
-def measure(gb: float) -> dict[str, float]:
-    """Build the model, convert it, and return the figures (bytes, seconds, ratios)."""
+def measure(gb: float, save: str | None = None) -> dict[str, float]:
+    """Build the model, convert it (and save it with external data into ``save``), and return the figures."""
     import lowerer
 
     size = int(gb * 1e9) // 4 * 4
@@ -66,7 +72,18 @@ def measure(gb: float) -> dict[str, float]:
     out = next(t for t in result.model.graph.initializer if t.name == "w")
     same = out.data_location == TensorProto.DEFAULT and list(out.dims) == [size // 4]
     ops = [n.op_type for n in result.model.graph.node]
-    return {"size": size, "rss_before": before, "peak": peak, "seconds": seconds,
+    saved: dict[str, float] = {}
+    if save is not None:
+        from pathlib import Path
+
+        from lowerer.model_io import save_model
+
+        Path(save).mkdir(parents=True, exist_ok=True)
+        start = time.perf_counter()
+        save_model(result.model, Path(save) / "big.onnx", external_data="big.onnx.data")
+        saved = {"save_seconds": time.perf_counter() - start, "save_peak": _status("VmHWM"),
+                 "data_bytes": float((Path(save) / "big.onnx.data").stat().st_size)}
+    return {**saved, "size": size, "rss_before": before, "peak": peak, "seconds": seconds,
             "peak_over_size": peak / size, "growth_over_size": (peak - before) / size,
             "weight_kept": float(same), "opset": float(result.model.opset_import[0].version),
             "rewritten": float(ops != ["Hardmax", "Add"] or result.model.opset_import[0].version == 13)}
@@ -76,8 +93,10 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--gb", type=float, default=2.2, help="size of the inline weight in GB (default 2.2)")
     parser.add_argument("--json", action="store_true", help="print the figures as JSON")
+    parser.add_argument("--save", default=None, metavar="DIR",
+                        help="also save the result with its weight in a data file in DIR")
     args = parser.parse_args()
-    figures = measure(args.gb)
+    figures = measure(args.gb, args.save)
     if args.json:
         print(json.dumps(figures))
         return
@@ -86,6 +105,9 @@ def main() -> None:
           f"convert {figures['peak'] / gib:.2f} GiB; {figures['seconds']:.1f} s")
     print(f"peak RSS / model size: {figures['peak_over_size']:.2f} (growth during convert / size: "
           f"{figures['growth_over_size']:.2f}); weight kept: {bool(figures['weight_kept'])}")
+    if "save_seconds" in figures:
+        print(f"saved with external data in {figures['save_seconds']:.1f} s; peak so far "
+              f"{figures['save_peak'] / gib:.2f} GiB; data file {figures['data_bytes'] / gib:.2f} GiB")
     sys.exit(0 if figures["weight_kept"] else 1)
 
 

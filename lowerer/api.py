@@ -18,6 +18,7 @@ from lowerer.report import Report
 if TYPE_CHECKING:
     import onnx_ir as ir
 
+    from lowerer.input_check import InputCheck
     from lowerer.model_io import HeldWeights
     from lowerer.options import ConvertOptions
     from lowerer.passes import State
@@ -174,7 +175,25 @@ def run(model: onnx.ModelProto | ir.Model | HasIrModel | str | os.PathLike[str],
     logger.info("converting: IR version %d, %d graph nodes, %d functions; target opset %s, decompose %s",
                 state.model.ir_version, len(state.model.graph.node), len(state.model.functions),
                 options.target_opset, ", ".join(sorted(options.decompose)) or "none")
-    run_passes(state)
+    checks = state.checks
+    try:
+        run_passes(state)
+        if checks is not None:
+            checks.finish()  # joined before anything is returned (the convert pass joins it when it runs)
+    except MemoryError:
+        if checks is not None:
+            checks.cancel()
+        raise InputError("not enough memory to convert the model: free memory, or save it with its weights in a "
+                         "data file (save_model(..., external_data='weights.bin')) and convert the file") from None
+    except Exception:
+        found = checks.input_error() if checks is not None else None
+        if found is not None:  # the input fails its own checks: that is the error, as it was before the work
+            raise found from None
+        raise
+    except BaseException:
+        if checks is not None:
+            checks.cancel()
+        raise
     _finish_report(state, source_ir)
     state.model = state.held.restore(state.model)
     if kind == "ir":
@@ -188,13 +207,13 @@ def _state(model: object, options: ConvertOptions) -> tuple[State, str]:
     from lowerer.passes import State
 
     whole = options.verify_model is not None or options.optimize is not None or options.profile is not None
-    proto, serialized, source_dir, kind, held = _working_copy(model, whole)
+    proto, serialized, source_dir, kind, held, checks = _working_copy(model, whole)
     original = None
     if options.verify_model is not None or serialized is None:
         original = onnx.ModelProto()
         original.CopyFrom(proto)
     state = State(proto, options, serialized=serialized, original=original, source_dir=source_dir, held=held,
-                  input_checked=kind == "path")
+                  input_checked=kind == "path", checks=checks)
     if options.profile is not None:
         state.plan = BackendPlan(options.profile, allow_fallback=options.allow_fallback)
     if options.verify:
@@ -203,19 +222,22 @@ def _state(model: object, options: ConvertOptions) -> tuple[State, str]:
 
 
 def _working_copy(model: object, whole: bool
-                  ) -> tuple[onnx.ModelProto, bytes | None, Path | None, str, HeldWeights]:
-    """(the copy converted in place, its bytes or None, the source folder, the kind, the weights held back).
+                  ) -> tuple[onnx.ModelProto, bytes | None, Path | None, str, HeldWeights, InputCheck | None]:
+    """The copy converted in place, its bytes or None, the source folder, the kind, the weights held back, checks.
+
+    The checks: the input's, running beside the conversion (:mod:`lowerer.input_check`), or None.
 
     ``whole``: a pass needs the whole model in memory (a large in-memory model is then refused when
     it cannot be given whole; see :func:`lowerer.model_io.working_copy`).
     """
+    from lowerer.input_check import BESIDE_FROM, InputCheck
     from lowerer.model_io import HeldWeights, InputModel, check_external_data, load_input, working_copy
     from lowerer.structure import check_structure
 
     if isinstance(model, (str, os.PathLike, InputModel)):
-        loaded = model if isinstance(model, InputModel) else load_input(model)
+        loaded = model if isinstance(model, InputModel) else load_input(model, beside=True)
         # converted in place: an InputModel is used up; external data is found in its folder, as onnx.load does
-        return loaded.model, loaded.serialized, loaded.directory, "path", HeldWeights()
+        return loaded.model, loaded.serialized, loaded.directory, "path", HeldWeights(), loaded.checks
     kind = "proto"
     if isinstance(model, onnx.ModelProto):
         proto, serialized, held = working_copy(model, whole=whole)
@@ -231,7 +253,10 @@ def _working_copy(model: object, whole: bool
         raise InputError("the model is not an ONNX model (no IR version or no graph)")
     check_external_data(proto, None, source="the model", serialized=serialized)
     check_structure(proto, source="the model", serialized=serialized)
-    return proto, serialized, None, kind, held
+    checks = None
+    if serialized is not None and len(serialized) >= BESIDE_FROM:  # strict inference beside the conversion
+        checks = InputCheck(proto, serialized, "the model", checker=False)
+    return proto, serialized, None, kind, held, checks
 
 
 def _verifier(options: ConvertOptions) -> Any:

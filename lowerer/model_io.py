@@ -26,12 +26,16 @@ import re
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import onnx
 from google.protobuf.message import DecodeError
 
 from lowerer.errors import InputError, InternalError
 from lowerer.files import Transaction
+
+if TYPE_CHECKING:
+    from lowerer.input_check import InputCheck
 from lowerer.paths import check_output_path, kind_of, location_problem, require_regular_file, same_file, stat_path
 
 __all__ = [
@@ -65,6 +69,9 @@ class InputModel:
         serialized: the bytes it was parsed from.
         directory: the folder its external data is found in (the given path's folder, resolved).
         data_files: each external-data location the model names, and the file it resolves to.
+        checks: onnx's checker, the tensors' check and strict inference, running beside the
+            conversion (``load_input(..., beside=True)``), to be joined before anything is written; None:
+            the checker and tensors' check passed already.
     """
 
     path: Path
@@ -72,6 +79,7 @@ class InputModel:
     serialized: bytes
     directory: Path
     data_files: dict[str, Path] = field(default_factory=dict)
+    checks: InputCheck | None = None
 
 
 def load_model(path: str | os.PathLike[str]) -> onnx.ModelProto:
@@ -93,8 +101,12 @@ def read_model(path: str | os.PathLike[str]) -> tuple[onnx.ModelProto, bytes]:
     return loaded.model, loaded.serialized
 
 
-def load_input(path: str | os.PathLike[str]) -> InputModel:
+def load_input(path: str | os.PathLike[str], *, beside: bool = False) -> InputModel:
     """Read the model at ``path`` (its external data stays unread), checking everything first.
+
+    ``beside``: onnx's checker and the tensors' check (and strict inference) run in a worker beside
+    the conversion (:class:`lowerer.input_check.InputCheck`, in ``checks``); whoever converts the
+    model joins them (:func:`lowerer.api.run` does) and a failing input ends in the same InputError.
 
     Raises:
         InputError: the path is missing, not a regular file (a directory, FIFO, device ...),
@@ -117,8 +129,20 @@ def load_input(path: str | os.PathLike[str]) -> InputModel:
         raise InputError(f"{p}: parses as protobuf but is not an ONNX model (no IR version or no graph)")
     directory = p.parent.resolve()  # external data is found beside the path as given, as onnx.load does
     data_files = check_external_data(model, directory, source=str(p), serialized=data)
-    check_structure(model, source=str(p), serialized=data, path=p if data_files else None, file=True)
-    return InputModel(p, model, data, directory, data_files)
+    checks = None
+    if beside:
+        from lowerer.input_check import InputCheck
+
+        try:
+            check_structure(model, source=str(p), serialized=data, path=p if data_files else None, file=True,
+                            deferred=True)
+        except InputError:
+            InputCheck(model, data, str(p), p if data_files else None, run_here=True).finish()  # the checker's first
+            raise
+        checks = InputCheck(model, data, str(p), p if data_files else None)
+    else:
+        check_structure(model, source=str(p), serialized=data, path=p if data_files else None, file=True)
+    return InputModel(p, model, data, directory, data_files, checks)
 
 
 def _read_regular_file(p: Path) -> bytes:
@@ -288,9 +312,10 @@ def _light_copy(model: onnx.ModelProto) -> tuple[onnx.ModelProto, HeldWeights]:
         if size < HELD_TENSOR_BYTES or not tensor.HasField("raw_data"):
             light.graph.initializer.add().CopyFrom(tensor)
             continue
-        if len(tensor.raw_data) != size:
+        length = _raw_length(tensor)
+        if length != size:
             raise InputError(f"the model: initializer {tensor.name!r} of type {tensor.data_type} and dims "
-                             f"{list(tensor.dims)} has {len(tensor.raw_data)} bytes of raw_data, not {size}")
+                             f"{list(tensor.dims)} has {length} bytes of raw_data, not {size}")
         location = f"{HELD_LOCATION}/{len(held.tensors)}"
         held.tensors[location] = tensor
         stand_in = light.graph.initializer.add()
@@ -301,6 +326,21 @@ def _light_copy(model: onnx.ModelProto) -> tuple[onnx.ModelProto, HeldWeights]:
             entry = stand_in.external_data.add()
             entry.key, entry.value = key, value
     return light, held
+
+
+def _raw_length(tensor: onnx.TensorProto) -> int:
+    """``len(tensor.raw_data)`` without reading it (which copies it whole): from the encoded sizes."""
+    rest = onnx.TensorProto()
+    _copy_fields(tensor, rest, "raw_data")
+    field_bytes = tensor.ByteSize() - rest.ByteSize() - 1  # raw_data's key (field 9, length-delimited) is 1 byte
+    length = field_bytes - 1
+    while length > 0 and length + _varint_size(length) > field_bytes:
+        length -= 1
+    return max(length, 0)
+
+
+def _varint_size(value: int) -> int:
+    return max(1, -(-value.bit_length() // 7))
 
 
 # -- external data --------------------------------------------------------------------------------
@@ -641,6 +681,15 @@ def write_outputs(plan: OutputPlan, model: onnx.ModelProto | None, report_text: 
         InputError: the model is over 2 GiB with its weights inline (protobuf cannot write it: use
             ``external_data``), a different file appeared where a data file must go, or a write failed.
     """
+    try:
+        _write_outputs(plan, model, report_text)
+    except MemoryError:
+        raise InputError("not enough memory to write the model (nothing was written): store its weights in a data "
+                         "file (API: save_model(..., external_data='weights.bin'); CLI: --external-data "
+                         "weights.bin), or free memory") from None
+
+
+def _write_outputs(plan: OutputPlan, model: onnx.ModelProto | None, report_text: str | None) -> None:
     with Transaction() as tx:
         if model is not None:
             if plan.external_data is not None:
@@ -764,8 +813,9 @@ def _stage_single_data_file(tx: Transaction, model: onnx.ModelProto, out_root: P
     """Write the single data file under a temporary name and stage it; return the repointed copy of ``model``."""
     files = check_external_data(model, src_root, source="the model") if src_root is not None else {}
     dst = out_root / location
-    result = onnx.ModelProto()
-    result.CopyFrom(model)
+    # The copy leaves the large inline weights out (placeholders): they are written from the caller's
+    # tensors straight to the data file, so a model that only just fits in memory is never held twice.
+    result, held = _light_copy(model)
     tx.make_dirs(dst.parent)
     fd, tmp = tx.temp_file(dst.parent)
     sources: dict[Path, int] = {}
@@ -774,7 +824,15 @@ def _stage_single_data_file(tx: Transaction, model: onnx.ModelProto, out_root: P
     try:
         end = 0
         for tensor in iter_tensors(result):
-            if tensor.data_location == onnx.TensorProto.EXTERNAL:
+            weight = held.tensors.get(_location(tensor)) if held.tensors else None
+            if weight is not None:
+                raw = weight.raw_data
+                length = len(raw)
+                offset = end = _align(end)
+                _write_all(fd, raw, offset)
+                del raw
+                end += length
+            elif tensor.data_location == onnx.TensorProto.EXTERNAL:
                 ref = _reference(tensor, "the model")
                 src = files.get(ref.location)
                 if src is None:
@@ -817,6 +875,13 @@ def _stage_single_data_file(tx: Transaction, model: onnx.ModelProto, out_root: P
     else:
         tx.discard(tmp)
     return result
+
+
+def _location(tensor: onnx.TensorProto) -> str:
+    """An external tensor's location ("" for an inline one)."""
+    if tensor.data_location != onnx.TensorProto.EXTERNAL:
+        return ""
+    return next((e.value for e in tensor.external_data if e.key == "location"), "")
 
 
 def _align(offset: int) -> int:

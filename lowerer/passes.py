@@ -36,6 +36,7 @@ from lowerer.report import Report, Rewrite
 
 if TYPE_CHECKING:
     from lowerer.backends.plan import BackendPlan
+    from lowerer.input_check import InputCheck
 
 __all__ = ["PIPELINE", "Pass", "State", "run_passes"]
 
@@ -58,7 +59,9 @@ class State:
         seen: every rewrite given to the verifier (the report of a failed verification).
         timings: seconds per pass.
         held: a large in-memory model's weights, held back from the working copy and put back at the end.
-        input_checked: the input passed onnx's checker on the way in (a file: see ``load_input``).
+        input_checked: the input passed onnx's checker on the way in (a file: see ``load_input``), or
+            will have when ``checks`` are joined (at the end of the ``convert`` pass).
+        checks: the input's checks running beside the conversion, or None (see :mod:`lowerer.input_check`).
     """
 
     model: onnx.ModelProto
@@ -73,6 +76,7 @@ class State:
     timings: dict[str, float] = field(default_factory=dict)
     held: HeldWeights = field(default_factory=HeldWeights)
     input_checked: bool = False
+    checks: InputCheck | None = None
 
     def recording(self) -> Callable[[Rewrite], None] | None:
         """The verifier, also keeping each rewrite it is given; None without verification."""
@@ -134,7 +138,7 @@ class ConvertPass(Pass):
                                   request=options.request, verifier=state.recording(), serialized=state.serialized,
                                   picker=plan.pick if plan is not None else None,
                                   picked_ops=plan.picked_ops if plan is not None else frozenset(),
-                                  ir_version=options.ir_version)
+                                  ir_version=options.ir_version, input_check=state.checks)
         except VerificationError as e:  # the report so far, the failing rewrite last, for the user to read
             e.report = Report(rewrites=state.seen, source_opset=default_opset(state.model.opset_import),
                               target_opset=options.target_opset, decompose=tuple(sorted(options.decompose)),

@@ -19,6 +19,7 @@ import onnx
 from lowerer.body_shapes import infer_outputs
 from lowerer.constants import ConstantIndex
 from lowerer.errors import ConversionError, InputError
+from lowerer.input_check import InputCheck
 from lowerer.ir_version import choose as choose_ir
 from lowerer.naming import NameGenerator, node_label
 from lowerer.opsets import default_opset, is_default_domain, since_version
@@ -51,12 +52,14 @@ class ConversionWalk:
 
     def __init__(self, model: onnx.ModelProto, target: int | None, request: Request,
                  verifier: Verifier | None, serialized: bytes | None = None, picker: Picker | None = None,
-                 picked_ops: frozenset[str] = frozenset()) -> None:
+                 picked_ops: frozenset[str] = frozenset(), input_check: InputCheck | None = None) -> None:
         self.model = model
         self.target = target
         self.verifier = verifier
         self.names = NameGenerator(model, serialized)
         self.shapes = ShapeIndex(model, serialized)
+        if input_check is not None:
+            self.shapes.inference = input_check.inferred
         self.shapes.snapshot()
         self.constants = ConstantIndex(model, lambda scope, name: _static_dims(self.shapes, scope, name),
                                        lambda scope, name: _rank(self.shapes, scope, name))
@@ -465,6 +468,7 @@ def run_pipeline(
     picker: Picker | None = None,
     picked_ops: frozenset[str] = frozenset(),
     ir_version: int | None = None,
+    input_check: InputCheck | None = None,
 ) -> Report:
     """Convert ``model`` in place to ``target_opset``, with the decompositions and backend forms, in one walk.
 
@@ -475,7 +479,8 @@ def run_pipeline(
     it) runs on those bytes without serializing. ``picker`` picks a form per node of ``picked_ops``
     once the node is at the target (a backend profile, :mod:`lowerer.backends`). ``ir_version``: the
     IR version asked for (None: the lowest the target and the model's features allow, see
-    :mod:`lowerer.ir_version`).
+    :mod:`lowerer.ir_version`). ``input_check``: the input's checks running beside the walk (their
+    strict inference gives the facts rules need; joined at the end: :class:`lowerer.input_check.InputCheck`).
 
     Raises:
         InputError: a model lowerer cannot read.
@@ -487,7 +492,7 @@ def run_pipeline(
         report = Report(target_opset=None, decompose=())
         report.source_opset = source_opset
         return report
-    run = ConversionWalk(model, target_opset, request, verifier, serialized, picker, picked_ops)
+    run = ConversionWalk(model, target_opset, request, verifier, serialized, picker, picked_ops, input_check)
     run.report.source_opset = source_opset
     # The scan makes many small objects and no reference cycles: the cyclic collector's full passes
     # over them cost time that grows faster than the model (about 12% at 200k nodes). Off meanwhile.
@@ -511,6 +516,8 @@ def run_pipeline(
     model.ir_version = choice.version
     run.report.notes.append(f"IR version {source_ir} -> {choice.version}: {choice.reason}"
                             if choice.version != source_ir else f"IR version {source_ir} kept: {choice.reason}")
+    if input_check is not None:  # joined: an input failing its checks raises InputError here
+        run.shapes.input_strict = input_check.finish()
     run.report.strictly_checked = bool(run.shapes.input_strict) and run.strict.complete
     run.reads.discard("")
     run.report.read_names = run.reads

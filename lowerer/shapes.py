@@ -196,6 +196,9 @@ class ShapeIndex:
         #: Whether the model as given passed onnx's strict shape and type inference (None: not run).
         #: When it ran here anyway, it ran strictly: the validation gate then need not run it again.
         self.input_strict: bool | None = None
+        #: Where the inferred model comes from when it was inferred already (the input's checks, run
+        #: beside the conversion: :meth:`lowerer.input_check.InputCheck.inferred`); None: inferred here.
+        self.inference: Callable[[], tuple[onnx.ModelProto | None, bool]] | None = None
 
     def snapshot(self) -> None:
         """Keep the model's bytes for shape inference; call before the model is changed (when no bytes were given)."""
@@ -209,6 +212,12 @@ class ShapeIndex:
     # -- inference ---------------------------------------------------------------------------
     def _infer_main(self) -> None:
         self._main.inferred = True
+        if self.inference is not None:
+            found, self.input_strict = self.inference()
+            if found is not None:
+                self._main.inferred_root = found.graph
+                self._cache.clear()
+            return
         if self._serialized is None:
             return
         logger.debug("running shape inference: a rule needs a type or shape the model does not state")

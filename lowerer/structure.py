@@ -29,7 +29,7 @@ import onnx.defs
 from lowerer.errors import InputError
 from lowerer.tensor_data import iter_owned_tensors, tensor_problem
 
-__all__ = ["check_structure"]
+__all__ = ["check_file", "check_structure"]
 
 _DEFAULT = ("", "ai.onnx")
 #: Default-domain ops with graph attributes (other domains' nodes are always looked into).
@@ -37,7 +37,7 @@ _GRAPH_OPS = frozenset({"If", "Loop", "Scan", "SequenceMap"})
 
 
 def check_structure(model: onnx.ModelProto, *, source: str, serialized: bytes | None = None,
-                    path: Path | None = None, file: bool = False) -> None:
+                    path: Path | None = None, file: bool = False, deferred: bool = False) -> None:
     """Refuse a structurally invalid model with one line (see the module's docstring).
 
     Args:
@@ -48,6 +48,8 @@ def check_structure(model: onnx.ModelProto, *, source: str, serialized: bytes | 
         path: the model's file, when it has external data (the checker then reads the file and
             finds the data files beside it).
         file: the model was read from a file: onnx's checker judges it (else lowerer's walk).
+        deferred: with ``file``, onnx's checker and the tensors' check are left to :func:`check_file`
+            (run beside the conversion by :class:`lowerer.input_check.InputCheck`).
 
     Raises:
         InputError: the first problem found.
@@ -63,13 +65,26 @@ def check_structure(model: onnx.ModelProto, *, source: str, serialized: bytes | 
         seen.add(key)
     checked = True  # onnx's checker passed: each attribute holds the one field its type names
     if file and (path is not None or serialized is not None):
-        _run_checker(str(path) if path is not None else serialized, source)  # type: ignore[arg-type]
+        if not deferred:
+            _run_checker(str(path) if path is not None else serialized, source)  # type: ignore[arg-type]
     elif not _passes_checker(serialized):
         _Walk(model, source).run()
         checked = False
+        deferred = False
     for function in model.functions:
         _check_function_outputs(function, source)
-    _check_tensors(model, source, typed=checked)
+    if not (file and deferred):
+        _check_tensors(model, source, typed=checked)
+
+
+def check_file(model: onnx.ModelProto, serialized: bytes, source: str, path: Path | None) -> None:
+    """What ``check_structure(file=True, deferred=True)`` leaves: onnx's checker, then the tensors' data.
+
+    Raises:
+        InputError: the first problem found.
+    """
+    _run_checker(str(path) if path is not None else serialized, source)
+    _check_tensors(model, source, typed=True)
 
 
 def _check_tensors(model: onnx.ModelProto, source: str, typed: bool) -> None:

@@ -63,12 +63,17 @@ def convert(input_path: Path, **values: Any) -> None:
     api |= model_check | VerificationArgs.parse(values)
     checked = ConvertOptions.create(**api)  # every option checked, once, before the model is read
     output_path, report_path, external_data = (values[k] for k in ("output_path", "report_path", "external_data"))
-    source = load_input(input_path)
-    plan = plan_outputs(output_path, locations=list(source.data_files), source_dir=source.directory,
-                        input_model=source.path, external_data=external_data, report=report_path)
-    if options is not None and options.save_inputs is not None:
-        _check_save_inputs(options.save_inputs, [input_path, *options.load_inputs],
-                           [p for p in (output_path, report_path) if p is not None])
+    source = load_input(input_path, beside=True)  # onnx's checks of the input run beside the work (joined in run)
+    try:
+        plan = plan_outputs(output_path, locations=list(source.data_files), source_dir=source.directory,
+                            input_model=source.path, external_data=external_data, report=report_path)
+        if options is not None and options.save_inputs is not None:
+            _check_save_inputs(options.save_inputs, [input_path, *options.load_inputs],
+                               [p for p in (output_path, report_path) if p is not None])
+    except BaseException:
+        if source.checks is not None:  # an input failing its own checks is named first, as before
+            source.checks.finish()
+        raise
     report = _convert_and_write(source, plan, checked)
     level = verbosity()
     print_convert_summary(report, level)
