@@ -24,10 +24,12 @@ import onnx.defs
 import onnx.shape_inference
 from onnx import numpy_helper
 
+from lowerer.opsets import since_version
 from lowerer.scopes import node_graphs
 from lowerer.shapes import ValueType
 
-__all__ = ["Dim", "Typed", "free_names", "infer_outputs", "same_shape", "shape_text", "stated_dims"]
+__all__ = ["Dim", "Typed", "body_input_types", "free_names", "infer_graph", "infer_outputs", "same_shape", "shape_text",
+           "stated_dims"]
 
 logger = logging.getLogger(__name__)
 
@@ -106,23 +108,49 @@ def _value_info(name: str, vt: ValueType | None, symbols: list[int | str | None]
 def infer_outputs(graph: onnx.GraphProto, opsets: Mapping[str, int],
                   type_of: Callable[[str], ValueType | None],
                   symbols_of: Callable[[str], list[int | str | None] | None],
-                  value_of: Callable[[str], np.ndarray | None]) -> tuple[list[Typed], set[str]]:
+                  value_of: Callable[[str], np.ndarray | None],
+                  inputs: Mapping[str, Typed] | None = None) -> tuple[list[Typed], set[str]]:
     """Each of ``graph``'s outputs' element type (0: unknown) and shape (None: no rank), and the model's dim names.
 
     ``graph``'s nodes are valid at ``opsets`` (domain → version). ``type_of``, ``symbols_of`` and
     ``value_of`` give what is known of a name as seen from the graph: its outer values, and its own
-    inputs where they state no shape.
+    inputs where they state no shape. ``inputs`` gives some of the graph's inputs a type in place of
+    what they state (a hypothesis about a body's inputs, see :func:`body_input_types`).
+    """
+    stated = [_typed(o.type) for o in graph.output]
+    inferred, names = infer_graph(graph, opsets, type_of, symbols_of, value_of, inputs)
+    names.update(d for _, dims in stated for d in dims or () if isinstance(d, str))
+    if inferred is None:
+        return stated, names
+    found = [_typed(o.type) for o in inferred.output]
+    return [(f[0] or s[0], f[1] if f[1] is not None else s[1]) for f, s in zip(found, stated, strict=True)], names
+
+
+def infer_graph(graph: onnx.GraphProto, opsets: Mapping[str, int],
+                type_of: Callable[[str], ValueType | None],
+                symbols_of: Callable[[str], list[int | str | None] | None],
+                value_of: Callable[[str], np.ndarray | None],
+                inputs: Mapping[str, Typed] | None = None) -> tuple[onnx.GraphProto | None, set[str]]:
+    """``graph`` inferred on its own (see :func:`infer_outputs`): a copy with value_info, or None; the dim names.
+
+    The copy's inputs are ``graph``'s own followed by its outer values that are not valued (those are
+    initializers); its value_info holds what onnx inferred for the values inside.
     """
     names: set[str] = set()
     body = onnx.GraphProto()
     body.CopyFrom(graph)
-    inputs: list[onnx.ValueInfoProto] = []
-    for given in graph.input:
-        if stated_dims(given.type) is not None:
-            names.update(d for d in stated_dims(given.type) or () if isinstance(d, str))
-            inputs.append(given)
+    given: list[onnx.ValueInfoProto] = []
+    for formal in graph.input:
+        if inputs is not None and formal.name in inputs:
+            elem, dims = inputs[formal.name]
+            names.update(d for d in dims or () if isinstance(d, str))
+            given.append(onnx.helper.make_tensor_value_info(formal.name, elem, dims) if elem
+                         else onnx.ValueInfoProto(name=formal.name))
+        elif stated_dims(formal.type) is not None:
+            names.update(d for d in stated_dims(formal.type) or () if isinstance(d, str))
+            given.append(formal)
         else:
-            inputs.append(_value_info(given.name, type_of(given.name), symbols_of(given.name), names))
+            given.append(_value_info(formal.name, type_of(formal.name), symbols_of(formal.name), names))
     initializers: list[onnx.TensorProto] = []
     for name in free_names(graph):
         value = value_of(name)
@@ -132,18 +160,18 @@ def infer_outputs(graph: onnx.GraphProto, opsets: Mapping[str, int],
                 continue
             except (TypeError, ValueError):
                 pass
-        inputs.append(_value_info(name, type_of(name), symbols_of(name), names))
+        given.append(_value_info(name, type_of(name), symbols_of(name), names))
     del body.input[:]
-    body.input.extend(inputs)
+    body.input.extend(given)
     body.initializer.extend(initializers)
-    stated = [_typed(o.type) for o in graph.output]
-    names.update(d for _, dims in stated for d in dims or () if isinstance(d, str))
+    del body.value_info[:]  # what inference writes; a statement inside stays on the nodes' outputs it names
+    body.value_info.extend(v for v in graph.value_info if v.type.WhichOneof("value"))
     versions = {"" if d == "ai.onnx" else d: v for d, v in opsets.items()}
     for domain in set(_domains(graph)):
         domain = "" if domain == "ai.onnx" else domain
         if domain not in versions:
             if domain in _schema_domains():  # a version is needed to read its nodes right: none known
-                return stated, names
+                return None, names
             versions[domain] = 1  # no schemas: its nodes' outputs stay unknown
     imports = [onnx.helper.make_opsetid(domain, version) for domain, version in versions.items()]
     try:
@@ -151,9 +179,104 @@ def infer_outputs(graph: onnx.GraphProto, opsets: Mapping[str, int],
         inferred = onnx.shape_inference.infer_shapes(model, strict_mode=False, data_prop=True)
     except Exception as e:  # inference is best effort: what the graph states stands
         logger.debug("inference of subgraph %s failed: %s", graph.name, e)
-        return stated, names
-    found = [_typed(o.type) for o in inferred.graph.output]
-    return [(f[0] or s[0], f[1] if f[1] is not None else s[1]) for f, s in zip(found, stated, strict=True)], names
+        return None, names
+    return inferred.graph, names
+
+
+#: How many times :func:`body_input_types` re-infers a body while weakening its hypothesis.
+_FIXED_POINT_ROUNDS = 4
+
+
+def body_input_types(node: onnx.NodeProto, opset: int, type_of: Callable[[str], ValueType | None],
+                     symbols_of: Callable[[str], list[int | str | None] | None],
+                     value_of: Callable[[str], np.ndarray | None],
+                     opsets: Mapping[str, int] | None = None) -> dict[str, Typed]:
+    """The types a Scan's or Loop's body inputs provably have in every iteration, by name (``node`` valid at ``opset``).
+
+    A scanned input's slice: the outer input's dims without the scan axis (Scan-8: without the batch
+    and sequence axes), the same in every iteration. A state (Scan) or loop-carried value (Loop): the
+    initial value's type is a hypothesis, kept only where the body, given it, provably returns it
+    again (the same rank, each dim the same size or the same model-named dim); a dim it does not is
+    made unknown and the body inferred again, until nothing changes (then, by induction, every
+    iteration's input has the type). A Loop's iteration count is int64 and its condition bool (no
+    shape stated). Inputs the node gives no type for are left out.
+    """
+    body = next((a.g for a in node.attribute if a.name == "body" and a.type == onnx.AttributeProto.GRAPH), None)
+    if body is None or node.domain not in ("", "ai.onnx") or node.op_type not in ("Scan", "Loop"):
+        return {}
+    formals = [i.name for i in body.input]
+    out: dict[str, Typed] = {}
+    carried: list[tuple[str, int]] = []  # (body input, body output index)
+
+    def outer(name: str) -> Typed | None:
+        vt = type_of(name) if name else None
+        if vt is None or vt[0] == 0:
+            return None
+        dims: list[Dim] | None = None if vt[1] is None else list(vt[1])
+        symbols = symbols_of(name)
+        if dims is not None and symbols is not None and len(symbols) == len(dims):
+            dims = [d if d is not None else s for d, s in zip(dims, symbols, strict=True)]
+        return (vt[0], dims)
+
+    attrs = {a.name: a for a in node.attribute}
+    if node.op_type == "Loop":
+        if len(formals) >= 2:
+            out[formals[0]] = (onnx.TensorProto.INT64, None)
+            out[formals[1]] = (onnx.TensorProto.BOOL, None)
+        for k, formal in enumerate(formals[2:]):
+            initial = outer(node.input[2 + k]) if 2 + k < len(node.input) else None
+            if initial is not None:
+                out[formal] = initial
+                carried.append((formal, 1 + k))
+    else:
+        n_scan = attrs["num_scan_inputs"].i if "num_scan_inputs" in attrs else 0
+        old = since_version("Scan", opset) == 8
+        actual = list(node.input)[1:] if old else list(node.input)
+        n_state = len(actual) - n_scan
+        if n_state < 0 or len(formals) != len(actual):
+            return {}
+        axes = list(attrs["scan_input_axes"].ints) if "scan_input_axes" in attrs else [0] * n_scan
+        for k, (formal, name) in enumerate(zip(formals, actual, strict=True)):
+            initial = outer(name)
+            if initial is None:
+                continue
+            elem, dims = initial
+            if k < n_state:
+                out[formal] = (elem, None if dims is None or (old and not dims) else dims[1:] if old else dims)
+                carried.append((formal, k))
+                continue
+            if dims is None:
+                out[formal] = (elem, None)
+            elif old:
+                out[formal] = (elem, dims[2:] if len(dims) >= 2 else None)
+            else:
+                axis = axes[k - n_state] if k - n_state < len(axes) else 0
+                axis = axis + len(dims) if axis < 0 else axis
+                out[formal] = (elem, dims[:axis] + dims[axis + 1:] if 0 <= axis < len(dims) else None)
+    carried = [(f, j) for f, j in carried if out[f][1] is not None]
+    versions = dict(opsets) if opsets is not None else {"": opset}
+    for _ in range(_FIXED_POINT_ROUNDS):
+        if not carried:
+            return out
+        returned, names = infer_outputs(body, versions, type_of, symbols_of, value_of, out)
+        changed = False
+        for formal, j in carried:
+            elem, dims = out[formal]
+            got_elem, got = returned[j] if j < len(returned) else (0, None)
+            assert dims is not None
+            if got is None or len(got) != len(dims) or (got_elem and got_elem != elem):
+                out[formal], changed = (elem, None), True
+                continue
+            kept = [d if d == g and (isinstance(d, int) or d in names) else None
+                    for d, g in zip(dims, got, strict=True)]
+            if kept != dims:
+                out[formal], changed = (elem, kept), True
+        carried = [(f, j) for f, j in carried if out[f][1] is not None]
+        if not changed:
+            return out
+    for formal, _ in carried:  # no fixed point in time: nothing proven about these
+        out[formal] = (out[formal][0], None)
+    return out
 
 
 def _typed(tp: onnx.TypeProto) -> Typed:

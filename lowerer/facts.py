@@ -19,7 +19,7 @@ from lowerer.constants import ConstantIndex, ShapeEntry, node_shape_entries
 from lowerer.made_shapes import made_symbols
 from lowerer.opsets import since_version
 from lowerer.scopes import Scope, has_subgraphs
-from lowerer.shapes import ShapeIndex, ValueType, type_string, value_type
+from lowerer.shapes import ShapeIndex, ValueType, type_proto, type_string, value_type
 
 __all__ = ["Facts"]
 
@@ -81,7 +81,8 @@ class Facts:
         made = self._producers.get(name)
         if made is not None:
             return self._infer(name, *made)
-        return self._shapes.lookup(self.scope, name, enough)
+        # Where the model's inference is not enough: what lowerer's facts prove (ShapeIndex.refined).
+        return self._shapes.refined(self.scope, name, self._constants.value, enough)
 
     def elem_type(self, name: str) -> int | None:
         """The element type of ``name`` (None when unknown)."""
@@ -171,7 +172,12 @@ class Facts:
             if vt is not None and vt[0] != 0:
                 return f"tensor({onnx.TensorProto.DataType.Name(vt[0]).lower()})"
             return self._spelled.get(name)
-        return self._shapes.type_str(self.scope, name)
+        spelled = self._shapes.type_str(self.scope, name)
+        if spelled is None:  # a tensor type lowerer's facts prove (ShapeIndex.refined)
+            vt = self.type_of(name, lambda vt: vt[0] != 0)
+            if vt is not None and vt[0] != 0:
+                return f"tensor({onnx.TensorProto.DataType.Name(vt[0]).lower()})"
+        return spelled
 
     def is_used(self, name: str) -> bool:
         """Whether anything reads value ``name`` (a node anywhere, or a graph or function output)."""
@@ -193,7 +199,11 @@ class Facts:
                 continue
             vt = self.type_of(i)
             if vt is None or vt[0] == 0:
-                return None
+                proto = type_proto(self.type_str(i))  # a sequence or optional: its element type
+                if proto is None or proto.HasField("tensor_type"):
+                    return None
+                inputs[i] = proto
+                continue
             inputs[i] = onnx.helper.make_tensor_type_proto(vt[0], None if vt[1] is None else list(vt[1]))
         data = {}
         for i in node.input:

@@ -8,15 +8,19 @@ found the same way, by the scope's locator in the inferred copy of the model.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 from collections.abc import Callable
 
+import numpy as np
 import onnx
+import onnx.defs
+import onnx.numpy_helper
 import onnx.shape_inference
 
-from lowerer.scopes import Scope, find_graph, function_key, iter_scopes
+from lowerer.scopes import Scope, find_graph, function_key, has_subgraphs, iter_scopes
 
-__all__ = ["ShapeIndex", "ValueType", "type_string", "value_type"]
+__all__ = ["ShapeIndex", "ValueType", "type_proto", "type_string", "value_type"]
 
 logger = logging.getLogger(__name__)
 
@@ -55,6 +59,23 @@ def type_string(tp: onnx.TypeProto) -> str | None:
         value = type_string(tp.map_type.value_type)
         key = onnx.TensorProto.DataType.Name(tp.map_type.key_type).lower()
         return None if value is None else f"map({key}, {value})"
+    return None
+
+
+def type_proto(spelled: str | None) -> onnx.TypeProto | None:
+    """The TypeProto of a schema spelling (``tensor(float)``, ``seq(tensor(int64))``, ``optional(...)``), or None."""
+    if spelled is None:
+        return None
+    if spelled.startswith("tensor(") and spelled.endswith(")"):
+        name = spelled[len("tensor("):-1].upper()
+        if name not in onnx.TensorProto.DataType.keys():  # noqa: SIM118 (a protobuf enum, not a dict)
+            return None
+        return onnx.helper.make_tensor_type_proto(onnx.TensorProto.DataType.Value(name), None)
+    for prefix, make in (("seq(", onnx.helper.make_sequence_type_proto),
+                         ("optional(", onnx.helper.make_optional_type_proto)):
+        if spelled.startswith(prefix) and spelled.endswith(")"):
+            inner = type_proto(spelled[len(prefix):-1])
+            return None if inner is None else make(inner)
     return None
 
 
@@ -193,6 +214,14 @@ class ShapeIndex:
         self._main = _Tree(model.graph)
         self._functions: dict[str, _Tree] = {}
         self._cache: dict[str, ValueType | None] = {}
+        #: The model as given, parsed from its bytes when a subgraph is first inferred on its own.
+        self._given: onnx.GraphProto | None = None
+        #: Subgraphs inferred on their own (:meth:`refined`), by locator; None where that found nothing.
+        self._alone: dict[tuple[object, ...], _Level | None] = {}
+        #: What :meth:`refined` found beyond the model's inference, by (locator, name); producers by locator.
+        self._refined: dict[tuple[tuple[object, ...], str], ValueType | None] = {}
+        self._producers: dict[tuple[object, ...], dict[str, onnx.NodeProto]] = {}
+        self._depth = 0
         #: Whether the model as given passed onnx's strict shape and type inference (None: not run).
         #: When it ran here anyway, it ran strictly: the validation gate then need not run it again.
         self.input_strict: bool | None = None
@@ -298,6 +327,129 @@ class ShapeIndex:
             vt = self._graph_lookup(scope, name)
         return vt
 
+    def refined(self, scope: Scope, name: str, value_of: Callable[[Scope, str], np.ndarray | None],
+                enough: Callable[[ValueType], bool] = lambda vt: True) -> ValueType | None:
+        """:meth:`lookup`, improved where that is not ``enough`` by what lowerer's own facts prove.
+
+        onnx's inference of the whole model sees no outer constant's value inside a body (a body's
+        ``Unsqueeze(x, axes)`` with ``axes`` an outer Constant gets no rank), gives a Scan's state
+        inputs the initial states' types unchecked, and its data propagation folds fewer shapes than
+        lowerer's constants do (a ``Split`` by ``Concat(Identity(Shape(x)[3:4]), ...)``). Then:
+
+        * in a subgraph of the main graph, the subgraph that defines ``name`` is inferred on its own,
+          as the model gave it (:func:`lowerer.body_shapes.infer_graph`): its outer values typed as
+          seen from around it (refined the same way), small constant ones valued by ``value_of``, a
+          Scan's or Loop's body inputs typed as the call provably passes them
+          (:func:`lowerer.body_shapes.body_input_types`);
+        * the node that makes ``name`` (as the model gave it; not one with subgraphs) is inferred on its
+          own by onnx's per-node inference, its inputs typed the same way (refined in turn) and small
+          constant ones valued by ``value_of``.
+
+        Static dims only: dim names an inference makes up say nothing.
+        """
+        vt = self.lookup(scope, name, enough)
+        if (vt is not None and enough(vt)) or scope.function is not None:
+            return vt
+        home = self._resolve(self._main, scope, name)
+        key = (home.locator, name)
+        if key in self._refined:
+            found = self._refined[key]
+        elif self._depth > _MAX_REFINE_DEPTH:
+            return vt
+        else:
+            self._refined[key] = None  # while it is worked out: a cycle finds nothing
+            self._depth += 1
+            try:
+                found = self._refine(home, name, value_of)
+            finally:
+                self._depth -= 1
+            self._refined[key] = found
+        return _merged(vt, found)
+
+    def _refine(self, home: Scope, name: str, value_of: Callable[[Scope, str], np.ndarray | None]
+                ) -> ValueType | None:
+        found: ValueType | None = None
+        if home.parent is not None:
+            level = self._alone_level(home, value_of)
+            found = None if level is None else level.stated(name)
+        if found is not None and found[0] != 0 and found[1] is not None and None not in found[1]:
+            return found
+        return _merged(found, self._node_inferred(home, name, value_of))
+
+    def _given_graph(self, locator: tuple[object, ...]) -> onnx.GraphProto | None:
+        """The graph at ``locator`` in the model as given (parsed from its bytes on first use)."""
+        if self._given is None and self._serialized is not None:
+            given = onnx.ModelProto()
+            given.ParseFromString(self._serialized)
+            self._given = given.graph
+        return None if self._given is None else find_graph(self._given, locator)  # type: ignore[arg-type]
+
+    def _node_inferred(self, home: Scope, name: str, value_of: Callable[[Scope, str], np.ndarray | None]
+                       ) -> ValueType | None:
+        """The type of ``name`` from its producer in ``home`` alone (onnx's per-node inference), or None."""
+        graph = self._given_graph(home.locator)
+        if graph is None or home.opset is None:
+            return None
+        producers = self._producers.get(home.locator)
+        if producers is None:
+            producers = self._producers[home.locator] = {o: n for n in graph.node for o in n.output if o}
+        node = producers.get(name)
+        if node is None or node.domain not in ("", "ai.onnx") or has_subgraphs(node):
+            return None
+        types: dict[str, onnx.TypeProto] = {}
+        data: dict[str, onnx.TensorProto] = {}
+        for i in node.input:
+            if not i or i in types:
+                continue
+            vt = self.refined(home, i, value_of, lambda vt: vt[1] is not None and None not in vt[1])
+            if vt is None or vt[0] == 0:
+                return None
+            types[i] = onnx.helper.make_tensor_type_proto(vt[0], None if vt[1] is None else list(vt[1]))
+            value = value_of(home, i)
+            if value is not None and value.dtype != object and value.size <= _VALUED_MAX:
+                with contextlib.suppress(TypeError, ValueError):
+                    data[i] = onnx.numpy_helper.from_array(value, i)
+        try:
+            schema = onnx.defs.get_schema(node.op_type, home.opset, "")
+            out = onnx.shape_inference.infer_node_outputs(
+                schema, node, types, data, opset_imports=[onnx.helper.make_opsetid("", home.opset)])
+        except Exception as e:  # best effort
+            logger.debug("per-node inference of %s failed: %s", node.op_type, e)
+            return None
+        tp = out.get(name)
+        return None if tp is None else value_type(tp)
+
+    def _alone_level(self, home: Scope, value_of: Callable[[Scope, str], np.ndarray | None]) -> _Level | None:
+        from lowerer.body_shapes import body_input_types, infer_graph
+
+        if home.locator in self._alone:
+            return self._alone[home.locator]
+        self._alone[home.locator] = None  # while it is inferred: a lookup from inside finds nothing here
+        graph = self._given_graph(home.locator)
+        parent = self._given_graph(home.locator[:-1])
+        if graph is None or parent is None or home.parent is None or home.opset is None:
+            return None
+        outside = home.parent
+        opsets = {e.domain: e.version for e in self._model.opset_import}
+        opsets[""] = home.opset
+
+        def type_of(name: str) -> ValueType | None:
+            return self.refined(outside, name, value_of)
+
+        def symbols_of(name: str) -> list[int | str | None] | None:
+            return self.symbols(outside, name)
+
+        def constant(name: str) -> np.ndarray | None:
+            return value_of(outside, name)
+
+        holder = parent.node[home.locator[-1][0]]
+        inputs = body_input_types(holder, home.opset, type_of, symbols_of, constant, opsets) \
+            if home.locator[-1][1] == "body" else {}
+        inferred, _ = infer_graph(graph, opsets, type_of, symbols_of, constant, inputs)
+        level = None if inferred is None else _Level(inferred)
+        self._alone[home.locator] = level
+        return level
+
     def type_str(self, scope: Scope, name: str) -> str | None:
         """The schema spelling of ``name``'s type (``tensor(float)``, ``seq(...)``), None when unknown."""
         vt = self.lookup(scope, name, lambda vt: vt[0] != 0)
@@ -378,6 +530,26 @@ class ShapeIndex:
         del result.value_info[:]
         result.value_info.extend([*graph_inputs, *found])
         return result
+
+
+#: How deep :meth:`ShapeIndex.refined` follows producers and enclosing scopes.
+_MAX_REFINE_DEPTH = 48
+#: Constants up to this many elements are given to per-node inference as values.
+_VALUED_MAX = 1 << 12
+
+
+def _merged(vt: ValueType | None, found: ValueType | None) -> ValueType | None:
+    """Two sound statements about one value combined: the known element type, the rank, each static dim."""
+    if found is None:
+        return vt
+    if vt is None:
+        return found
+    elem = vt[0] or found[0]
+    if vt[1] is None or found[1] is None:
+        return (elem, vt[1] if vt[1] is not None else found[1])
+    if len(vt[1]) != len(found[1]):  # they disagree: neither rank is taken as more than the model's
+        return vt
+    return (elem, [a if a is not None else b for a, b in zip(vt[1], found[1], strict=True)])
 
 
 def _merge(a: ValueType | None, b: ValueType | None) -> ValueType | None:

@@ -31,6 +31,7 @@ import onnx.defs
 from onnx import helper
 
 from lowerer.scopes import node_graphs
+from lowerer.shapes import type_proto
 from lowerer.steps.emitter import Emitter
 from lowerer.steps.specialize import flatten_free_layer_norm, fold, reads_of
 
@@ -78,11 +79,15 @@ def _body(em: Emitter, schema: Any, opset: int) -> onnx.FunctionProto:
                 types.append(onnx.TypeProto().SerializeToString())
                 continue
             vt = em.facts.type_of(name, lambda vt: vt[0] != 0)
-            if vt is None or vt[0] == 0:
+            if vt is not None and vt[0] != 0:
+                types.append(helper.make_tensor_type_proto(vt[0], None if vt[1] is None else list(vt[1]))
+                             .SerializeToString())
+                continue
+            spelled = type_proto(em.facts.type_str(name))  # a sequence or optional: its element type
+            if spelled is None:
                 em.refuse(f"its function body is built from the input types, and the type of {name!r} is unknown "
                           "(add type information)")
-            types.append(helper.make_tensor_type_proto(vt[0], None if vt[1] is None else list(vt[1]))
-                         .SerializeToString())
+            types.append(spelled.SerializeToString())
         raw = schema.get_context_dependent_function_with_opset_version(opset, node.SerializeToString(), types)
     else:
         raw = schema.get_function_with_opset_version(opset)

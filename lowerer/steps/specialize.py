@@ -34,8 +34,9 @@ import onnx
 from onnx import helper, numpy_helper
 
 from lowerer import reference
-from lowerer.opsets import since_version
+from lowerer.body_shapes import body_input_types
 from lowerer.scopes import has_subgraphs, node_graphs
+from lowerer.shapes import value_type
 from lowerer.steps.emitter import Emitter
 
 __all__ = ["FOLDED", "flatten_free_layer_norm", "fold", "live", "reads_of"]
@@ -237,28 +238,38 @@ def fold(nodes: list[onnx.NodeProto], em: Emitter, opset: int, keep: set[str]) -
 
 
 def _type_body_inputs(node: onnx.NodeProto, em: Emitter, opset: int) -> None:
-    """Give a Scan or Loop body's untyped inputs the element types the call passes them (onnx's bodies state none).
+    """Give a Scan or Loop body's inputs the types the call provably passes them (onnx's bodies state none).
 
-    Scan: state inputs take the initial states' types, scan inputs their sequences' element types.
-    Loop: the iteration count is int64, the condition bool, carried values the initial values' types.
+    Element types: Scan's state inputs take the initial states' types, scan inputs their sequences'
+    element types; Loop's iteration count is int64, its condition bool, carried values the initial
+    values' types. Dims, where provable (:func:`lowerer.body_shapes.body_input_types`): a scanned
+    slice's are the sequence's without the scan axis; a state's or carried value's are the initial
+    value's where the body returns them unchanged. The element type is written on the body input;
+    the dims are facts of the conversion (a negative Unsqueeze axis inside then has a rank).
     """
     if node.op_type not in ("Scan", "Loop") or node.domain not in ("", "ai.onnx"):
         return
     body = next((a.g for a in node.attribute if a.name == "body"), None)
     if body is None:
         return
-    if node.op_type == "Scan":  # Scan-8 has sequence_lens first, which its body does not take
-        sources: list[str | int] = list(node.input)[1:] if since_version("Scan", opset) == 8 else list(node.input)
-    else:
-        sources = [onnx.TensorProto.INT64, onnx.TensorProto.BOOL, *list(node.input[2:])]
-    for formal, source in zip(body.input, sources, strict=False):
-        tensor = formal.type.tensor_type
-        if formal.type.HasField("sequence_type") or formal.type.HasField("optional_type") or tensor.elem_type:
+    facts = em.facts
+    found = body_input_types(node, opset, facts.type_of, facts.symbols, facts.value)
+    for formal in body.input:
+        if formal.type.WhichOneof("value") not in (None, "tensor_type"):
             continue
-        elem = source if isinstance(source, int) else em.facts.elem_type(source) if source else None
-        if elem:
-            tensor.elem_type = elem
-            em.facts.add_type(formal.name, (elem, None))
+        stated = value_type(formal.type) if formal.type.HasField("tensor_type") else None
+        elem, dims = found.get(formal.name, (0, None))
+        if stated is not None and stated[0] and elem and stated[0] != elem:
+            continue  # the body states another type than the call passes: left to the checks that follow
+        if stated is not None and stated[1] is not None:  # what the body states stands
+            dims = list(stated[1]) if dims is None or len(dims) != len(stated[1]) else \
+                [s if s is not None else d for s, d in zip(stated[1], dims, strict=True)]
+        elem = elem or (stated[0] if stated is not None else 0)
+        if not elem:
+            continue
+        formal.type.tensor_type.elem_type = elem
+        facts.add_type(formal.name, (elem, None if dims is None else [d if isinstance(d, int) else None
+                                                                      for d in dims]))
 
 
 def _materialize(state: _State, kept: list[onnx.NodeProto], keep: set[str]) -> list[onnx.NodeProto]:

@@ -155,6 +155,15 @@ class Recorder:
         self._note("lookup", name, enough, vt)
         return vt
 
+    def refined(self, scope: Scope, name: str, value_of: Callable[[Scope, str], np.ndarray | None],
+                enough: Callable[[ValueType], bool] = lambda vt: True) -> ValueType | None:
+        """As :meth:`ShapeIndex.refined`: a logged lookup where that is enough, else not recordable."""
+        vt = self.lookup(scope, name, enough)
+        if vt is not None and enough(vt):
+            return vt
+        self.ok = False  # a subgraph inferred alone: the answer depends on values that are not the node's
+        return self._shapes.refined(scope, name, value_of, enough)
+
     def symbols(self, scope: Scope, name: str) -> list[int | str | None] | None:
         """As :meth:`ShapeIndex.symbols`, logged."""
         found = self._shapes.symbols(scope, name)
