@@ -30,6 +30,7 @@ _FOLDABLE = frozenset({
     "Identity", "Cast", "Gather", "Concat", "Unsqueeze", "Squeeze", "Reshape", "Slice", "Add", "Sub", "Mul",
     "Div", "Neg", "Abs", "Range", "ConstantOfShape", "Equal", "Where", "Expand", "Max", "Min", "ReduceProd",
     "ReduceSum", "ReduceMax", "ReduceMin", "Size", "Not", "Less", "Greater", "Flatten", "Transpose",
+    "And", "Or", "Xor", "LessOrEqual", "GreaterOrEqual", "Mod", "Sign",
 })
 
 

@@ -136,6 +136,7 @@ def test_split_of_a_value_onnx_leaves_without_rank(target: int) -> None:
     ("test_range_float16_type_positive_delta", 9),
     ("test_sequence_map_add_2_sequences", 13),  # a body built from sequence input types
     ("test_sequence_map_extract_shapes", 16),
+    ("test_attention_3d_expanded", 7),  # Expand-1 by a shape that folds through And/Mod of head counts
 ])
 def test_node_cases_that_were_refused_convert_and_run_equal(case: str, target: int) -> None:
     (found,) = load_cases(f"^{case}$")

@@ -105,6 +105,24 @@ def test_trilu_floats_below_9_through_the_where_lowering(target: int) -> None:
     assert "Where" not in [n.op_type for n in out.graph.node]
 
 
+@pytest.mark.parametrize("upper", [0, 1])
+@pytest.mark.parametrize(("elem", "dtype"), [(T.FLOAT, np.float32), (T.INT64, np.int64), (T.INT32, np.int32),
+                                             (T.BOOL, np.bool_)])
+@pytest.mark.parametrize("target", [10, 9, 8, 7])
+def test_trilu_static_dims_and_run_time_k_below_11(upper: int, elem: int, dtype: type, target: int) -> None:
+    """onnx's tril/triu node tests: static dims, k fed at run time; j - i is a constant compared with k.
+
+    Below 9 the comparison is in doubles (Less-7 takes floats only): k of 2**62 or -2**62 still compares
+    as the int64 does.
+    """
+    model = _trilu([2, 3, 5], upper, None, elem, k_input=True)
+    xs = _floats((2, 3, 5)) if dtype is np.float32 else \
+        [RNG.integers(-3, 4, size=(2, 3, 5)).astype(dtype), RNG.integers(0, 2, size=(2, 3, 5)).astype(dtype)]
+    ks = (-7, -2, -1, 0, 1, 4, 2**62, -(2**62))
+    out = _lowered(model, target, [{"x": x, "k": np.array(k, np.int64)} for x in xs for k in ks], "Trilu")
+    assert "Range" not in [n.op_type for n in out.graph.node]
+
+
 def test_trilu_refusals() -> None:
     text = _refused(_trilu(["b", 3, 4], 0, None), 8, "tri", "Trilu-14", "opset 8", "no Where", "inf and NaN")
     assert "choose a target opset >= 9" in text

@@ -13,6 +13,7 @@ refused. Bool inputs use ``And`` with the mask at every opset.
 from __future__ import annotations
 
 import numpy as np
+import onnx
 
 from lowerer.reference import np_dtype
 from lowerer.steps.emitter import Emitter, attr
@@ -33,6 +34,24 @@ def _k_value(em: Emitter) -> int | None:
 def _constant_mask(rows: int, cols: int, k: int, upper: bool) -> np.ndarray:
     diff = np.arange(cols, dtype=np.int64)[None, :] - np.arange(rows, dtype=np.int64)[:, None]
     return diff >= k if upper else diff <= k
+
+
+def _runtime_k_mask(em: Emitter, rows: int, cols: int, upper: bool) -> str:
+    """The mask for static last two dims and a run-time ``k``: ``j - i`` is a constant, compared with ``k``.
+
+    From opset 9 Less/Greater take int64. Below 9 they take floats only: both sides are compared as
+    doubles, which is exact here: the cast is monotone, and every ``j - i`` is a small integer that no
+    other int64 rounds to (an int64 ``k`` of magnitude >= 2**53 rounds to a double far from all of them).
+    """
+    node = em.node
+    diff = np.arange(cols, dtype=np.int64)[None, :] - np.arange(rows, dtype=np.int64)[:, None]
+    k = node.input[1]
+    if em.target >= 9:
+        left = em.const(diff, "diff")
+    else:
+        left = em.const(diff.astype(np.float64), "diff")
+        k = em.op("Cast", [k], to=onnx.TensorProto.DOUBLE)
+    return em.op("Not", [em.op("Less" if upper else "Greater", [left, k])])
 
 
 def _computed_mask(em: Emitter, x: str, rank: int, upper: bool) -> str:
@@ -69,11 +88,14 @@ def trilu(em: Emitter) -> None:
     rows, cols = (dims[-2], dims[-1]) if len(dims) >= 2 else (None, None)
     k = _k_value(em)
     static = rows is not None and cols is not None and k is not None
+    runtime_k = k is None and rows is not None and cols is not None
     if em.target < 9:
-        _below_where(em, x, dtype, static, rows, cols, k, upper)
+        _below_where(em, x, dtype, static, rows, cols, k, upper, runtime_k)
         return
     if static:
         mask = em.const(_constant_mask(int(rows or 0), int(cols or 0), int(k or 0), upper), "mask")
+    elif runtime_k:
+        mask = _runtime_k_mask(em, int(rows or 0), int(cols or 0), upper)
     else:
         mask = _computed_mask(em, x, rank, upper)
     if dtype.kind == "b":  # And keeps exactly the masked values (onnxruntime's Where has no bool kernel)
@@ -83,25 +105,30 @@ def trilu(em: Emitter) -> None:
 
 
 def _below_where(em: Emitter, x: str, dtype: np.dtype, static: bool, rows: int | None, cols: int | None,
-                 k: int | None, upper: bool) -> None:
-    """Below opset 9 (no Where): a constant mask applied by Mul (integers) or And (bool).
+                 k: int | None, upper: bool, runtime_k: bool = False) -> None:
+    """Below opset 9 (no Where): the mask applied by Mul (integers) or And (bool).
 
     Floats of a fully static shape go through Where, which is lowered in turn (a Gather from both sides:
-    exact for inf and NaN).
+    exact for inf and NaN). The mask is a constant, or with a run-time ``k`` and static last two dims,
+    computed (:func:`_runtime_k_mask`) and cast to the integer type for Mul (0 and 1: exact).
     """
     dims = em.dims(x)
-    if dtype.kind not in "iub" and static and dims is not None and None not in dims:
-        mask = _constant_mask(int(rows or 0), int(cols or 0), int(k or 0), upper)
-        em.op("Where", [em.const(mask, "mask"), x, em.const(np.zeros((), dtype), "zero")], list(em.node.output))
-        return
-    if dtype.kind not in "iub":
+    if not static and not runtime_k:
+        em.refuse(f"the last two dims of {x!r} are not static, which the mask below opset 9 "
+                  "needs; make the shapes static or choose a target opset >= 11")
+    if dtype.kind not in "iub" and (dims is None or None in dims):
         em.refuse(f"{x!r} is {dtype} and below opset 9 there is no Where (its Gather form needs every dim static); "
                   "multiplying by a 0/1 mask is not exact for inf and NaN; choose a target opset >= 9")
-    if not static:
-        em.refuse(f"the last two dims of {x!r} are not static or k is not a constant, which the mask below opset 9 "
-                  "needs; make the shapes static or choose a target opset >= 11")
-    mask = _constant_mask(int(rows or 0), int(cols or 0), int(k or 0), upper)
-    op = "And" if dtype.kind == "b" else "Mul"
-    em.op(op, [x, em.const(mask.astype(dtype), "mask")], list(em.node.output))
+    if static:
+        constant = _constant_mask(int(rows or 0), int(cols or 0), int(k or 0), upper)
+        mask = em.const(constant if dtype.kind not in "iu" else constant.astype(dtype), "mask")
+    else:
+        mask = _runtime_k_mask(em, int(rows or 0), int(cols or 0), upper)
+        if dtype.kind in "iu":
+            mask = em.op("Cast", [mask], to=int(onnx.helper.np_dtype_to_tensor_dtype(dtype)))
+    if dtype.kind not in "iub":
+        em.op("Where", [mask, x, em.const(np.zeros((), dtype), "zero")], list(em.node.output))
+    else:
+        em.op("And" if dtype.kind == "b" else "Mul", [x, mask], list(em.node.output))
 
 
