@@ -200,17 +200,25 @@ def test_decompose_all_with_hardmax_and_down_conversion() -> None:
         assert np.array_equal(h, hardmax_oracle(x, 1, 13))
 
 
-def _unknown_rank_loop_model(opset: int) -> onnx.ModelProto:
-    """``Loop(2)`` whose body pools a value of unknown rank (its state, stated with no shape) as a scan output."""
+def _unknown_rank_loop_model(opset: int, hide_rank: bool = True) -> onnx.ModelProto:
+    """``Loop(2)`` whose body pools its state (stated with no shape) as a scan output.
+
+    With ``hide_rank`` the state starts as ``Reshape(x, shape)`` with a run-time shape, so its rank is
+    unknown everywhere; without it the state is ``x`` itself, and lowerer proves the body keeps its rank
+    (the body returns it unchanged).
+    """
     vi = helper.make_tensor_value_info
     body = helper.make_graph(
         [helper.make_node("Identity", ["cond_in"], ["cond_out"]), helper.make_node("Identity", ["s_in"], ["s_out"]),
          helper.make_node("GlobalMaxPool", ["s_in"], ["p"], name="gmp_body")],
         "body", [vi("i", TensorProto.INT64, []), vi("cond_in", TensorProto.BOOL, []), vi("s_in", F32, None)],
         [vi("cond_out", TensorProto.BOOL, []), vi("s_out", F32, None), vi("p", F32, None)])
+    nodes = [helper.make_node("Reshape", ["x", "shape"], ["x_any"])] if hide_rank else []
+    nodes.append(helper.make_node("Loop", ["trips", "", "x_any" if hide_rank else "x"], ["s", "ps"], name="loop",
+                                  body=body))
     graph = helper.make_graph(
-        [helper.make_node("Loop", ["trips", "", "x"], ["s", "ps"], name="loop", body=body)], "g",
-        [vi("x", F32, ["N", "C", "H", "W"])], [vi("s", F32, ["N", "C", "H", "W"]), vi("ps", F32, [2, "N", "C", 1, 1])],
+        nodes, "g", [vi("x", F32, ["N", "C", "H", "W"]), vi("shape", TensorProto.INT64, ["r"])],
+        [vi("s", F32, ["N", "C", "H", "W"]), vi("ps", F32, [2, "N", "C", 1, 1])],
         initializer=[helper.make_tensor("trips", TensorProto.INT64, [], [2])])
     return helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)], ir_version=8)
 
@@ -221,11 +229,14 @@ def test_unknown_rank_in_loop_body_below_18(opset: int, target: int | None) -> N
     model = _unknown_rank_loop_model(opset)
     out = _decompose(model, target)
     assert "Flatten" in op_types_everywhere(out) and "Range" not in op_types_everywhere(out)
+    ranked = _decompose(_unknown_rank_loop_model(opset, hide_rank=False), target)
+    assert "Flatten" not in op_types_everywhere(ranked) and "ReduceMax" in op_types_everywhere(ranked)
     original, converted = session(model), session(out)
     rng = np.random.default_rng(4)
     for shape in ((2, 3, 4, 5), (1, 1, 1, 1), (3, 2, 7, 1), (0, 3, 4, 5)):
         x = rng.standard_normal(shape).astype(np.float32)
-        want, got = original.run(None, {"x": x}), converted.run(None, {"x": x})
+        feeds = {"x": x, "shape": np.array(shape, np.int64)}
+        want, got = original.run(None, feeds), converted.run(None, feeds)
         for w, g in zip(want, got, strict=True):
             assert g.shape == w.shape and np.array_equal(g, w)
         assert got[1].shape == (2, shape[0], shape[1], 1, 1)
