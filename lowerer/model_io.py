@@ -332,7 +332,7 @@ def _raw_length(tensor: onnx.TensorProto) -> int:
     """``len(tensor.raw_data)`` without reading it (which copies it whole): from the encoded sizes."""
     rest = onnx.TensorProto()
     _copy_fields(tensor, rest, "raw_data")
-    field_bytes = tensor.ByteSize() - rest.ByteSize() - 1  # raw_data's key (field 9, length-delimited) is 1 byte
+    field_bytes = int(tensor.ByteSize()) - int(rest.ByteSize()) - 1  # raw_data's key (field 9, length-delimited) is 1 byte
     length = field_bytes - 1
     while length > 0 and length + _varint_size(length) > field_bytes:
         length -= 1

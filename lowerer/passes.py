@@ -176,8 +176,15 @@ class CleanupPass(Pass):
 
     def run(self, state: State) -> None:
         from lowerer.cleanup import remove_dead
+        from lowerer.scopes import used_names_of
 
-        removed = remove_dead(state.model, state.report.rewrites, state.report.read_names)
+        # Only a value a replacement no longer reads can have become dead: the model is scanned for what
+        # is read only when some rewrite dropped an input (most replacements read what their node read).
+        dropping = [r for r in state.report.rewrites if r.original is not None and
+                    not {n for n in r.original.input if n} <= used_names_of(r.replacement)]
+        if not dropping:
+            return
+        removed = remove_dead(state.model, dropping, state.report.read_names)
         if removed:
             logger.info("removed %d value(s) the rewrites left unread", removed)
 

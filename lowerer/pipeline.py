@@ -25,7 +25,7 @@ from lowerer.naming import NameGenerator, node_label
 from lowerer.opsets import default_opset, is_default_domain, since_version
 from lowerer.report import Report, Rewrite
 from lowerer.rules import REGISTRY
-from lowerer.scopes import Scope, iter_scopes, subgraphs_of, used_names, used_names_of
+from lowerer.scopes import Scope, iter_scopes, subgraphs_of, used_names
 from lowerer.shapes import ShapeIndex
 from lowerer.steps.engine import Conversion, Picker, StepEngine
 from lowerer.steps.registry import NO_REQUEST, Request
@@ -64,9 +64,6 @@ class ConversionWalk:
         self.constants = ConstantIndex(model, lambda scope, name: _static_dims(self.shapes, scope, name),
                                        lambda scope, name: _rank(self.shapes, scope, name))
         self._used: set[str] | None = None
-        #: Every name read after the walk: by the nodes kept, the replacements (subgraphs included), and as
-        #: graph or function outputs.
-        self.reads: set[str] = set()
         self._narrowing: dict[tuple[int, int], dict[str, object]] = {}
         self.engine = StepEngine(REGISTRY, self.names, self.shapes, self.constants, request, self.used,
                                  picker, picked_ops)  # picker: --for BACKEND (lowerer.backends)
@@ -95,10 +92,8 @@ class ConversionWalk:
         engine = self.engine
         # Per op: True when every node of it is left alone (decided once per op and opsets).
         untouched = engine.untouched_table(source, target) if source is not None and target is not None else {}
-        read = self.reads.update  # what every node reads once the walk is done (for the clean-up pass)
         # Per op left as it is: onnxruntime's kernel types at the target where they narrowed (else None).
         narrowing = self._narrowing.setdefault((source or 0, target or 0), {})
-        read(o.name for o in scope.holder.output) if scope.graph is not None else read(scope.holder.output)
         for index, node in enumerate(nodes):
             replacement: list[onnx.NodeProto] | None = None
             domain = node.domain
@@ -126,11 +121,8 @@ class ConversionWalk:
                 if rebuilt is None:
                     rebuilt, first = [], index
                 rebuilt.extend(replacement)
-                self.reads |= used_names_of(replacement)
-            else:
-                read(node.input)
-                if rebuilt is not None:
-                    rebuilt.append(node)
+            elif rebuilt is not None:
+                rebuilt.append(node)
         if rebuilt is not None:
             # Dropping the tail and appending the kept nodes back copies each once (extend copies); the
             # dropped messages stay valid (upb frees nothing of a live model's arena), so ``rebuilt``
@@ -519,8 +511,6 @@ def run_pipeline(
     if input_check is not None:  # joined: an input failing its checks raises InputError here
         run.shapes.input_strict = input_check.finish()
     run.report.strictly_checked = bool(run.shapes.input_strict) and run.strict.complete
-    run.reads.discard("")
-    run.report.read_names = run.reads
     return run.report
 
 
