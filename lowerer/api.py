@@ -203,7 +203,6 @@ def run(model: onnx.ModelProto | ir.Model | HasIrModel | str | os.PathLike[str],
 
 def _state(model: object, options: ConvertOptions) -> tuple[State, str]:
     """The passes' state for ``model``: a working copy (or the loaded file), its bytes, the verifier."""
-    from lowerer.backends.plan import BackendPlan
     from lowerer.passes import State
 
     whole = options.verify_model is not None or options.optimize is not None or options.profile is not None
@@ -215,6 +214,8 @@ def _state(model: object, options: ConvertOptions) -> tuple[State, str]:
     state = State(proto, options, serialized=serialized, original=original, source_dir=source_dir, held=held,
                   input_checked=kind == "path", checks=checks)
     if options.profile is not None:
+        from lowerer.backends.plan import BackendPlan
+
         state.plan = BackendPlan(options.profile, allow_fallback=options.allow_fallback)
     if options.verify:
         state.verifier = _verifier(options)

@@ -135,10 +135,10 @@ class ConvertOptions:
 
 def model_check_options(value: object, name: str = "verify_model") -> ModelCheckOptions | None:
     """A whole-model check's options: False/None (no check), True (the defaults) or a ModelCheckOptions."""
-    from lowerer.verification.whole import ModelCheckOptions
-
     if value is False or value is None:
         return None
+    from lowerer.verification.whole import ModelCheckOptions
+
     if value is True:
         return ModelCheckOptions()
     if isinstance(value, ModelCheckOptions):
