@@ -34,6 +34,31 @@ _FOLDABLE = frozenset({
 })
 
 
+def _empty_input(scope: Scope, name: str) -> np.ndarray | None:
+    """The value of a main-graph input whose stated dims are all static and hold a 0, else None.
+
+    A tensor with no element has one value only, and onnxruntime refuses a feed whose static dims
+    differ from the stated ones: an ``int64[0]`` input (onnx's reduction tests feed empty ``axes``
+    so) is the empty tensor. Inputs of bodies are fed by their op, which states no dims.
+    """
+    if scope.parent is not None or scope.function is not None or scope.graph is None:
+        return None
+    info = next(vi for vi in scope.graph.input if vi.name == name)
+    if info.type.WhichOneof("value") != "tensor_type" or not info.type.tensor_type.HasField("shape"):
+        return None
+    dims = info.type.tensor_type.shape.dim
+    if not all(d.HasField("dim_value") for d in dims) or all(d.dim_value for d in dims):
+        return None
+    elem = info.type.tensor_type.elem_type
+    try:
+        dtype = onnx.helper.tensor_dtype_to_np_dtype(elem)
+    except (KeyError, ValueError):
+        return None
+    if np.dtype(dtype).kind == "O" or elem in (onnx.TensorProto.STRING, onnx.TensorProto.UNDEFINED):
+        return None
+    return np.zeros([d.dim_value for d in dims], dtype=dtype)
+
+
 def constant_node_value(node: onnx.NodeProto) -> np.ndarray | None:
     """The value a Constant node produces, for each of its forms (None for external or sparse data)."""
     for a in node.attribute:
@@ -116,7 +141,8 @@ class ConstantIndex:
                 table.values[name] = value
                 return value
             if s.graph is not None and any(vi.name == name for vi in s.graph.input):
-                return None  # a graph input (fed at run time), shadowing anything outside
+                # A graph input (fed at run time), shadowing anything outside: constant only when empty.
+                return _empty_input(s, name)
             s = s.parent
         return None
 

@@ -7,6 +7,7 @@
   Unsqueeze reading an outer Constant's axes) is inferred on its own (``ShapeIndex.refined``).
 * A value whose producer reads a shape onnx's data propagation does not fold (``Identity(Shape(x))``)
   is inferred from its producer alone, with lowerer's constants.
+* A main-graph input whose stated dims are static and hold a 0 has one value, the empty tensor.
 
 Every conversion runs before and after in onnxruntime and must be equal (exactly, or within the
 expansion's budget where a function body was expanded, as the node-case survey judges).
@@ -137,6 +138,10 @@ def test_split_of_a_value_onnx_leaves_without_rank(target: int) -> None:
     ("test_sequence_map_add_2_sequences", 13),  # a body built from sequence input types
     ("test_sequence_map_extract_shapes", 16),
     ("test_attention_3d_expanded", 7),  # Expand-1 by a shape that folds through And/Mod of head counts
+    ("test_reduce_l1_default_axes_keepdims_example", 7),  # axes an input of static shape [0]: empty
+    ("test_reduce_sum_default_axes_keepdims_random", 11),
+    ("test_gather_negative_indices", 7),  # run-time indices guarded without Where
+    ("test_nllloss_NCd1_weight", 7),
 ])
 def test_node_cases_that_were_refused_convert_and_run_equal(case: str, target: int) -> None:
     (found,) = load_cases(f"^{case}$")
@@ -148,8 +153,34 @@ def test_node_cases_that_were_refused_convert_and_run_equal(case: str, target: i
     ("test_linear_attention_linear", 7, "Scan does not exist there"),  # Scan from 8
     ("test_sequence_map_add_2_sequences", 11, "Loop changed its types at version 13"),  # no carried sequences
     ("test_flexattention_causal_mask", 7, "Greater changed its types at version 9"),  # int64 compare from 9
+    ("test_reduce_sum_empty_set", 11, "input 'axes' is not a constant"),  # axes [1] fed at run time
 ])
 def test_what_stays_refused_names_the_condition(case: str, target: int, reason: str) -> None:
     (found,) = load_cases(f"^{case}$")
     (outcome,) = classify_case(found, [target])
     assert outcome.status == "refused" and reason in outcome.detail, outcome.detail
+
+
+def _dropout(x_shape: list[int | str], mask: bool, ratio_input: bool) -> onnx.ModelProto:
+    inputs = ["x", "r"] if ratio_input else ["x"]
+    node = helper.make_node("Dropout", inputs, ["y", "m"] if mask else ["y"])
+    ins = [value_info("x", F, x_shape)] + ([value_info("r", F, [])] if ratio_input else [])
+    outs = [value_info("y", F, x_shape)] + ([value_info("m", TensorProto.BOOL, x_shape)] if mask else [])
+    return make_model([node], ins, outs, 22)
+
+
+@pytest.mark.parametrize(("shape", "target"), [([2, 3], 7), ([2, 3], 11), (["n", 3], 9)])
+def test_dropout_inference_mask_and_run_time_ratio(shape: list[int | str], target: int) -> None:
+    # Dropout-12's inference mask is all true (a constant of static dims, ConstantOfShape of dynamic ones);
+    # in inference mode the output does not depend on the ratio, so a ratio fed at run time goes.
+    model = _dropout(shape, mask=True, ratio_input=True)
+    converted = lowerer.convert(model, target_opset=target).model
+    check_model_full(converted)
+    feeds = [{"x": x, "r": np.array(0.25, np.float32)} for x in tie_inputs([2, 3], np.dtype(np.float32),
+                                                                          np.random.default_rng(3))]
+    _same(model, converted, feeds)
+
+
+def test_dropout_mask_of_dynamic_dims_below_9_is_refused() -> None:
+    with pytest.raises(ConversionError, match="ConstantOfShape-9"):
+        lowerer.convert(_dropout(["n", 3], mask=True, ratio_input=False), target_opset=7)

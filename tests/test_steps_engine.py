@@ -183,8 +183,18 @@ def test_gather_negative_indices_constant_and_guarded() -> None:
     ids = np.array([-1, -3, 0, 2, -2], np.int64)
     out = convert_and_compare(model, 9, [{"x": floats(3, 4), "ids": ids}])
     assert "Where" in ops(out)  # the run-time indices are guarded
-    with pytest.raises(lowerer.ConversionError, match="the lowest opset for this node is 9"):
-        lowerer.convert(model, target_opset=8)
+    for target in (8, 7):  # no Where, no integer Less: indices + size * (Cast(indices, double) < 0)
+        out = convert_and_compare(model, target, [{"x": floats(3, 4), "ids": ids}])
+        assert "Where" not in ops(out)
+
+
+@pytest.mark.parametrize("target", [9, 8, 7])
+def test_gather_int32_run_time_indices_guarded_below_11(target: int) -> None:
+    nodes = [helper.make_node("Gather", ["x", "ids"], ["g"], axis=-1)]
+    model = make_model(nodes, [value_info("x", F, [3, 4]), value_info("ids", TensorProto.INT32, [2, 3])],
+                       [value_info("g", F, [3, 2, 3])], 13)
+    ids = np.array([[-1, -4, 0], [3, -2, 1]], np.int32)
+    convert_and_compare(model, target, [{"x": floats(3, 4), "ids": ids}])
 
 
 def test_broadcasting_down_to_legacy_forms() -> None:

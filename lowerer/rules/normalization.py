@@ -5,13 +5,16 @@ that trains (whose extra outputs are used, or whose mode cannot be proven off).
 
 * ``BatchNormalization`` 14 → 9: ``training_mode`` absent or 0 and no running-statistics output
   used; 9 → 14 likewise (BatchNormalization-9's extra outputs are training outputs).
-* ``Dropout`` 12 → 10: ``training_mode`` absent or a constant false, ``ratio`` constant (it moves
-  back to an attribute, where it is irrelevant in inference anyway).
+* ``Dropout`` 12 → 10: ``training_mode`` absent or a constant false; ``ratio`` moves back to an
+  attribute where it is a constant, and goes where it is computed at run time (in inference mode the
+  output does not depend on it); a used mask output is Dropout-12's
+  inference mask, all true: a constant of the input's static dims, or ``ConstantOfShape(Shape(x))``.
 """
 
 from __future__ import annotations
 
 import numpy as np
+import onnx
 
 from lowerer.steps import generic
 from lowerer.steps.changes import AttrAdded, AttrToInput, InputAdded, OutputAdded, Semantics, Step
@@ -41,9 +44,7 @@ def batch_normalization_14(em: Emitter, step: Step, direction: str) -> None:
 def dropout_12_10(em: Emitter, step: Step, direction: str) -> None:
     """Inference Dropout: ``training_mode`` must be off; ``ratio`` back to an attribute."""
     node = generic.copy_of(em.node)
-    if len(node.output) > 1 and node.output[1] and em.facts.is_used(node.output[1]):
-        em.refuse(f"its mask output {node.output[1]!r} is used; Dropout-12 defines the mask in inference mode "
-                  "(all true), Dropout-10 does not")
+    mask = node.output[1] if len(node.output) > 1 and node.output[1] and em.facts.is_used(node.output[1]) else ""
     del node.output[1:]
     if len(node.input) > 2 and node.input[2]:
         mode = em.constant(node.input[2])
@@ -55,11 +56,28 @@ def dropout_12_10(em: Emitter, step: Step, direction: str) -> None:
         remove_attribute(node, "seed")  # only matters in training
     if len(node.input) > 1 and node.input[1]:
         ratio = em.constant(node.input[1])
-        if ratio is None:
-            em.refuse(f"ratio ({node.input[1]!r}) is not a constant; Dropout-10 takes it as an attribute")
-        set_attribute(node, "ratio", float(np.asarray(ratio, dtype=np.float32).reshape(-1)[0]))
+        if ratio is not None:
+            set_attribute(node, "ratio", float(np.asarray(ratio, dtype=np.float32).reshape(-1)[0]))
+        # A run-time ratio: the output does not depend on it in inference mode (proven off above), and
+        # Dropout-10's default ratio stands in.
         del node.input[1:]
+    if mask:
+        _inference_mask(em, node.input[0], mask)
     generic.cross(em, step, direction, node, handled=(AttrAdded, AttrToInput, InputAdded, Semantics))
+
+
+def _inference_mask(em: Emitter, x: str, mask: str) -> None:
+    """Dropout-12's mask in inference mode, all true and shaped like ``x``: a constant, or ConstantOfShape (9)."""
+    dims = em.dims(x)
+    if dims is not None and None not in dims:
+        em.op("Identity", [em.const(np.ones(dims, dtype=np.bool_), "mask")], [mask])
+        return
+    if em.target < 9:
+        em.refuse(f"its mask output {mask!r} is used; Dropout-12 defines it in inference mode (all true, shaped "
+                  f"like {x!r}), Dropout-10 does not, and the dims of {x!r} are not static, which an all-true "
+                  "mask below ConstantOfShape-9 needs; the lowest opset this node can be taken to is 9")
+    true = onnx.helper.make_tensor("true", onnx.TensorProto.BOOL, [1], [True])
+    em.op("ConstantOfShape", [em.op("Shape", [x])], [mask], value=true)
 
 
 

@@ -6,7 +6,8 @@
   initializer of the same name in a graph (inside a function it is refused).
 * ``Gather``/``GatherElements`` 11 → below: negative indices became allowed at 11. Constant
   indices are made non-negative with the static size along the axis; run-time indices get the
-  exact guard ``Where(indices < 0, indices + size, indices)``, ``size`` from ``Shape``.
+  exact guard ``Where(indices < 0, indices + size, indices)``, ``size`` from ``Shape`` (below 9,
+  with no Where and no integer Less: ``indices + size * Cast(Cast(indices, double) < 0)``).
 """
 
 from __future__ import annotations
@@ -91,9 +92,6 @@ def _index_guard(em: Emitter, node: onnx.NodeProto, data: str, indices: str, axi
     if elem not in (onnx.TensorProto.INT32, onnx.TensorProto.INT64):
         em.refuse(f"negative indices became valid at {node.op_type}-11; guarding run-time indices needs their "
                   "type (int32 or int64), which is unknown")
-    if em.target < 9:
-        em.refuse(f"run-time indices may be negative (allowed from {node.op_type}-11); the exact guard needs "
-                  "Where and an integer Less (opset >= 9); the lowest opset for this node is 9")
     if axis < 0:
         rank = em.require_rank(data, "to guard negative indices")
         axis += rank
@@ -101,6 +99,13 @@ def _index_guard(em: Emitter, node: onnx.NodeProto, data: str, indices: str, axi
     size = em.op("Gather", [shape, em.const(np.array(axis, dtype=np.int64), "axis")], axis=0)
     if elem == onnx.TensorProto.INT32:
         size = em.op("Cast", [size], to=onnx.TensorProto.INT32)
+    if em.target < 9:
+        # No Where and no integer Less below 9: ``indices + size * (indices < 0)``, the sign read from the
+        # indices cast to double (monotone, and no integer but 0 rounds to 0: the test is exact).
+        negative = em.op("Less", [em.op("Cast", [indices], to=onnx.TensorProto.DOUBLE),
+                                  em.const(np.array(0.0, dtype=np.float64), "zero")])
+        shift = em.op("Mul", [size, em.op("Cast", [negative], to=elem)])
+        return em.op("Add", [indices, shift])
     zero = em.const(np.array(0, dtype=np.int32 if elem == onnx.TensorProto.INT32 else np.int64), "zero")
     negative = em.op("Less", [indices, zero])
     return em.op("Where", [negative, em.op("Add", [indices, size]), indices])
