@@ -70,7 +70,7 @@ def _inference_mask(em: Emitter, x: str, mask: str) -> None:
     """Dropout-12's mask in inference mode, all true and shaped like ``x``: a constant, or ConstantOfShape (9)."""
     dims = em.dims(x)
     if dims is not None and None not in dims:
-        em.op("Identity", [em.const(np.ones(dims, dtype=np.bool_), "mask")], [mask])
+        em.op("Identity", [em.const(np.ones([int(d or 0) for d in dims], dtype=np.bool_), "mask")], [mask])
         return
     if em.target < 9:
         em.refuse(f"its mask output {mask!r} is used; Dropout-12 defines it in inference mode (all true, shaped "
