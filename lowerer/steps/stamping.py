@@ -269,8 +269,14 @@ class Pattern:
         values = {o: n for o, n in zip(old.input, node.input, strict=True) if o}
         values.update((o, n) for o, n in zip(old.output, node.output, strict=True) if o)
         made = {}
+        swaps = [(b, a) for b, a in ((old.output[0] if old.output else "", node.output[0] if node.output else ""),
+                                     (old.name, node.name)) if b]
         for name, hint in self.made:
-            made[name] = names.fresh(_rehint(hint, old, node))
+            for before, after in swaps:
+                if hint.startswith(before):
+                    hint = after + hint[len(before):]
+                    break
+            made[name] = names.fresh(hint)
         renamer = _Renamer(values, {old.name: node.name} if old.name else {}, made)
         nodes = []
         for n in self.nodes:
@@ -285,15 +291,6 @@ class Pattern:
             tensor.name = renamer.value(tensor.name)
             constants.append(tensor)
         return nodes, constants
-
-
-def _rehint(hint: str, old: onnx.NodeProto, new: onnx.NodeProto) -> str:
-    """A hint of the first node's, said of ``new`` (its output's or name's prefix replaced)."""
-    for before, after in ((old.output[0] if old.output else "", new.output[0] if new.output else ""),
-                          (old.name, new.name)):
-        if before and hint.startswith(before):
-            return after + hint[len(before):]
-    return hint
 
 
 class _Renamer:
