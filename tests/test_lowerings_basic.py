@@ -16,7 +16,7 @@ from onnx import helper, numpy_helper
 
 import lowerer
 from lowerer.errors import ConversionError
-from tests._convert_helpers import make_model, ort_run, value_info
+from tests._convert_helpers import check_model_full, make_model, ort_run, value_info
 
 RNG = np.random.default_rng(17)
 
@@ -222,8 +222,33 @@ def test_cumprod_is_the_same_chain_with_mul(exclusive: int, reverse: int, elem: 
 def test_cumsum_refusals() -> None:
     _refused(_cumsum(T.FLOAT, [2, 65], 1, 0, 0), 10, "cs", "CumSum-11", "is 65", "up to 64")
     _refused(_cumsum(T.FLOAT, [2, "n"], 1, 0, 0), 10, "CumSum-11", "not static")
-    _refused(_cumsum(T.FLOAT, [2, 3], 1, 0, 0, axis_input=True), 10, "axis input", "not a constant")
+    _refused(_cumsum(T.FLOAT, ["n", 3], 1, 0, 0, axis_input=True), 10, "axis input", "not a constant",
+             "every dim", "static")
     _refused(_cumsum(T.FLOAT, ["n", 3], 1, 1, 0), 7, "dynamic dim", "Expand (opset >= 8)")
+
+
+@pytest.mark.parametrize(("exclusive", "reverse"), [(0, 0), (1, 1)])
+@pytest.mark.parametrize(("op", "opset"), [("CumSum", 11), ("CumProd", 26)])
+@pytest.mark.parametrize("target", [10, 7])
+def test_cumulative_along_a_run_time_axis(exclusive: int, reverse: int, op: str, opset: int, target: int) -> None:
+    """A run-time axis: nested Ifs, one unrolled chain per axis; the branch taken is the constant-axis chain."""
+    model = _cumsum(T.FLOAT, [2, 3, 4], 0, exclusive, reverse, axis_input=True, op=op, opset=opset)
+    out = lowerer.convert(model, target_opset=target).model
+    check_model_full(out)
+    assert [n.op_type for n in out.graph.node].count("If") == 1
+    xs = [RNG.integers(-3, 4, size=(2, 3, 4)).astype(np.float32), *_floats((2, 3, 4))]
+    feeds = [{"x": x, "axis": np.array(a, np.int64)} for x in xs for a in (0, 1, 2, -1, -2, -3)]
+    for feed, (got,) in zip(feeds, ort_run(out, feeds), strict=True):
+        x, axis = feed["x"], int(feed["axis"])
+        src = np.flip(x, axis) if reverse else x
+        fn = np.cumsum if op == "CumSum" else np.cumprod
+        with np.errstate(all="ignore"):  # inf * 0, inf - inf
+            want = fn(src, axis=axis, dtype=np.float32)
+        if exclusive:
+            want = np.concatenate([np.full_like(np.take(src, [0], axis), 0.0 if op == "CumSum" else 1.0),
+                                   np.take(want, range(src.shape[axis] - 1), axis)], axis=axis)
+        want = np.flip(want, axis) if reverse else want
+        assert _bits(np.asarray(got)) == _bits(want.astype(np.float32)), (axis, got, want)
 
 
 # -- ConstantOfShape --------------------------------------------------------------------------------

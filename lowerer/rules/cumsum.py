@@ -8,12 +8,14 @@ input slice (``reverse=1``: from the back). The lowering writes exactly that cha
 slice, so the float results round as the kernel's do (exact by construction, checked on floats
 in the tests): the axis input must be a constant and the size along it static and at most
 :data:`MAX_UNROLLED` (larger sizes would need a MatMul with a triangular matrix, which sums in
-another order: refused, not budgeted).
+another order: refused, not budgeted). An axis computed at run time picks one chain per axis in
+nested Ifs (every dim static and at most :data:`MAX_UNROLLED`); the branch taken is the chain.
 """
 
 from __future__ import annotations
 
 import numpy as np
+import onnx
 
 from lowerer.reference import np_dtype
 from lowerer.steps.emitter import Emitter, attr, normalize_axis
@@ -71,11 +73,70 @@ def cumprod(em: Emitter) -> None:
 
 def _chain(em: Emitter, combine: str, identity: int) -> None:
     node = em.node
+    if em.constant(node.input[1]) is None:
+        _by_run_time_axis(em, combine, identity)
+        return
+    axis, size = _axis_and_size(em, node.input[0])
+    _chain_along(em, axis, size, node.output[0], combine, identity)
+
+
+def _by_run_time_axis(em: Emitter, combine: str, identity: int) -> None:
+    """The chain along each axis in the branches of nested Ifs, picked by the run-time axis (exact: one runs).
+
+    ``If(axis == 0 or axis == -rank, chain along 0, If(axis == 1 or ..., chain along 1, ... chain along
+    rank - 1))``. Every dim must be static and at most :data:`MAX_UNROLLED` (each branch unrolls one).
+    """
+    node = em.node
+    x, given = node.input[0], node.input[1]
+    rank = em.require_rank(x, "(one branch per axis, for the run-time axis)")
+    dims = em.dims(x) or []
+    if None in dims or any(int(d or 0) > MAX_UNROLLED for d in dims):
+        em.refuse(f"the axis input {given!r} is not a constant, and picking the unrolled Slice + Add chain along "
+                  f"it at run time (an If per axis) needs every dim of {x!r} static and at most {MAX_UNROLLED} "
+                  f"(they are {dims}); choose a target opset >= 11")
+    elem = em.require_elem_type(given, "the axis is compared with each candidate")
+    if elem not in (onnx.TensorProto.INT32, onnx.TensorProto.INT64):
+        em.refuse(f"the axis input {given!r} is {onnx.TensorProto.DataType.Name(elem).lower()}, not int32 or int64")
+    out_elem = em.require_elem_type(x, "each branch states its output's type")
+    shape = [int(d or 0) for d in dims]
+    if rank == 1:  # the only axis (another value is an error in the original)
+        _chain_along(em, 0, shape[0], node.output[0], combine, identity)
+        return
+    dtype = np.int32 if elem == onnx.TensorProto.INT32 else np.int64
+    # Each condition holds one element (If's condition may be [1]): the axis, scalar or [1], against [k].
+    conds = [em.op("Or", [em.op("Equal", [given, em.const(np.array([k], dtype), "axis")]),
+                          em.op("Equal", [given, em.const(np.array([k - rank], dtype), "axis")])])
+             for k in range(rank - 1)]
+
+    def branch(k: int, out: str) -> onnx.GraphProto:
+        start = len(em.nodes)
+        _chain_along(em, k, shape[k], out, combine, identity)
+        nodes = em.nodes[start:]
+        del em.nodes[start:]
+        return onnx.helper.make_graph(nodes, em.fresh(f"axis{k}"), [],
+                                      [onnx.helper.make_tensor_value_info(out, out_elem, shape)])
+
+    inner = branch(rank - 1, em.fresh(f"{node.output[0]}_axis{rank - 1}"))
+    for k in range(rank - 2, -1, -1):
+        out = node.output[0] if k == 0 else em.fresh(f"{node.output[0]}_from{k}")
+        then = branch(k, em.fresh(f"{node.output[0]}_axis{k}"))
+        made = onnx.helper.make_node("If", [conds[k]], [out], name=em.fresh(f"{node.name or node.op_type}/If"),
+                                     then_branch=then, else_branch=inner)
+        if k == 0:
+            em.nodes.append(made)
+            em.facts.add_node(made, em.opset)
+            return
+        inner = onnx.helper.make_graph([made], em.fresh(f"from{k}"), [],
+                                       [onnx.helper.make_tensor_value_info(out, out_elem, shape)])
+
+
+def _chain_along(em: Emitter, axis: int, size: int, output: str, combine: str, identity: int) -> None:
+    """The chain along the non-negative constant ``axis`` (static ``size``), written to ``output``."""
+    node = em.node
     x = node.input[0]
-    axis, size = _axis_and_size(em, x)
     exclusive, reverse = bool(attr(node, "exclusive", 0)), bool(attr(node, "reverse", 0))
     if size == 0 or (size == 1 and not exclusive):
-        em.op("Identity", [x], list(node.output))
+        em.op("Identity", [x], [output])
         return
     i64 = np.int64
     axes = em.const(np.array([axis], i64), "axes")
@@ -92,6 +153,6 @@ def _chain(em: Emitter, combine: str, identity: int) -> None:
     if reverse:
         sums.reverse()
     if size == 1:
-        em.op("Identity", [sums[0]], list(node.output))
+        em.op("Identity", [sums[0]], [output])
         return
-    em.op("Concat", sums, list(node.output), axis=axis)
+    em.op("Concat", sums, [output], axis=axis)
