@@ -144,7 +144,22 @@ def test_overridable_initializer_is_not_baked_in() -> None:
                        [value_info("x", F, [2, 3]), value_info("ax", I64, [1])], [value_info("s", F, [2, 1])], 13,
                        initializers=[axes])
     with pytest.raises(lowerer.ConversionError, match=r"'rs'.*input 'ax' is not a constant"):
-        lowerer.convert(model, target_opset=11)
+        lowerer.convert(model, target_opset=9)
+    # From 11: one branch per axis the fed value may name, picked at run time (If-11 takes branches of
+    # different shapes); the initializer's value is not baked in.
+    feeds = [{"x": floats(2, 3), "ax": np.array([a], np.int64)} for a in (1, -1)]
+    out = convert_and_compare(model, 11, feeds)
+    assert "If" in ops(out)
+
+
+def test_reduction_over_run_time_axes_from_11() -> None:
+    model = make_model([helper.make_node("ReduceMax", ["x", "ax"], ["m"], keepdims=0)],
+                       [value_info("x", F, [2, 3, 4]), value_info("ax", I64, [2])], [value_info("m", F, ["d"])], 18)
+    feeds = [{"x": floats(2, 3, 4), "ax": np.array(a, np.int64)} for a in ([0, 1], [2, -3], [-1, 1], [1, 2])]
+    out = convert_and_compare(model, 11, feeds)
+    assert ops(out).count("If") == 1
+    with pytest.raises(lowerer.ConversionError, match=r"If branches of different shapes \(from If-11\)"):
+        lowerer.convert(model, target_opset=10)
 
 
 def test_clip_bounds_and_constant_node_forms() -> None:

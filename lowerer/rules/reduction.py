@@ -4,14 +4,23 @@ At those steps ``axes`` moved from an attribute to an input (the generic handlin
 when it is constant) and ``noop_with_empty_axes`` appeared. That attribute matters only when the
 axes are absent or empty: then 1 means "reduce nothing", which the older versions write as the
 input itself (``Identity``); with axes given (or 0) it is dropped.
+
+Axes computed at run time, of a static length, go down to 11 as one branch per set of axes they may
+name, each reducing over its set with the attribute, picked by the set the axes name (If-11 and on:
+the branches yield different shapes).
 """
 
 from __future__ import annotations
 
+import itertools
+
+import numpy as np
+import onnx
+
 from lowerer.steps import generic
-from lowerer.steps.changes import AttrAdded, Step
+from lowerer.steps.changes import AttrAdded, AttrToInput, Step
 from lowerer.steps.emitter import Emitter
-from lowerer.steps.generic import attribute_value, remove_attribute
+from lowerer.steps.generic import attribute_value, remove_attribute, set_attribute
 from lowerer.steps.registry import DOWN, adapter
 
 __all__ = ["reduce_axes_input_down"]
@@ -38,4 +47,76 @@ def reduce_axes_input_down(em: Emitter, step: Step, direction: str) -> None:
                       f"depends on them, and {step.op}-{step.previous} takes constant axes only")
     if axes is not None and axes.size == 0:  # no axes given: reduce all, which an absent attribute says
         del node.input[1:]
+    if axes_name and axes is None:
+        _by_run_time_axes(em, step, direction, node, axes_name)
+        return
     generic.cross(em, step, direction, node, handled=(AttrAdded,))
+
+
+#: The most branches :func:`_by_run_time_axes` writes (one per set of axes the run-time axes may name).
+MAX_AXIS_SETS = 31
+
+
+def _by_run_time_axes(em: Emitter, step: Step, direction: str, node: onnx.NodeProto, axes_name: str) -> None:
+    """Run-time axes of a static length L: one branch per set of at most L axes, picked at run time (If-11).
+
+    Each axis ``k`` is named when some entry equals ``k`` or ``k - rank``; the named set, as a number
+    (bit ``k`` for axis ``k``), picks the branch that reduces over exactly that set with the older
+    version's ``axes`` attribute: the branch taken is the reduction the node makes. Branches yield
+    different shapes, which If takes from version 11 only. ``noop_with_empty_axes`` does not matter:
+    L > 0 entries are never empty.
+    """
+    data = node.input[0]
+    dims = em.dims(axes_name)
+    length = dims[0] if dims is not None and len(dims) == 1 else None
+    why = (f"{step.op} takes 'axes' as input 1 from version {step.version} and {step.op}-{step.previous} as an "
+           f"attribute, and input {axes_name!r} is not a constant")
+    if length is None or length == 0:
+        em.refuse(f"{why}; picking the reduced axes at run time needs their number static, and "
+                  f"{axes_name!r} has {'no static length' if length is None else 'none'}")
+    if em.target < 11:
+        em.refuse(f"{why}; picking the reduced axes at run time needs If branches of different shapes "
+                  "(from If-11); choose a target opset >= 11")
+    rank = em.require_rank(data, "to pick the reduced axes at run time")
+    sets = [s for size in range(1, min(length, rank) + 1) for s in itertools.combinations(range(rank), size)]
+    if len(sets) > MAX_AXIS_SETS:
+        em.refuse(f"{why}; picking the reduced axes at run time writes one branch per set of axes they may "
+                  f"name, {len(sets)} here, more than {MAX_AXIS_SETS}")
+    elem = em.require_elem_type(data, "each branch states its output's type")
+    i64 = np.int64
+    code = ""
+    for k in range(rank):
+        named = em.op("Or", [em.op("Equal", [axes_name, em.const(np.array([k], i64), "axis")]),
+                             em.op("Equal", [axes_name, em.const(np.array([k - rank], i64), "axis")])])
+        bit = em.op("ReduceMax", [em.op("Cast", [named], to=onnx.TensorProto.INT64)], axes=[0], keepdims=0)
+        weighted = em.op("Mul", [bit, em.const(np.array(1 << k, i64), "weight")])
+        code = weighted if not code else em.op("Add", [code, weighted])
+    conds = [em.op("Equal", [code, em.const(np.array(sum(1 << k for k in s), i64), "set")]) for s in sets[:-1]]
+
+    def branch(axes: tuple[int, ...]) -> onnx.GraphProto:
+        start = len(em.nodes)
+        reduced = generic.copy_of(node)
+        del reduced.input[1:]
+        set_attribute(reduced, "axes", list(axes))
+        out = em.fresh(f"{node.output[0]}_axes{''.join(map(str, axes))}")
+        reduced.output[0] = out
+        generic.cross(em, step, direction, reduced, handled=(AttrAdded, AttrToInput))
+        made = em.nodes[start:]
+        del em.nodes[start:]
+        return onnx.helper.make_graph(made, em.fresh("axes"), [], [onnx.helper.make_tensor_value_info(out, elem, None)])
+
+    inner = branch(sets[-1])
+    if len(sets) == 1:
+        em.nodes.extend(inner.node)
+        em.op("Identity", [inner.output[0].name], [node.output[0]])
+        return
+    for j in range(len(sets) - 2, -1, -1):
+        out = node.output[0] if j == 0 else em.fresh(f"{node.output[0]}_from{j}")
+        made = onnx.helper.make_node("If", [conds[j]], [out], name=em.fresh(f"{node.name or node.op_type}/If"),
+                                     then_branch=branch(sets[j]), else_branch=inner)
+        if j == 0:
+            em.nodes.append(made)
+            em.facts.add_node(made, em.opset)
+            return
+        inner = onnx.helper.make_graph([made], em.fresh("axes"), [],
+                                       [onnx.helper.make_tensor_value_info(out, elem, None)])
