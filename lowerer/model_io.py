@@ -312,7 +312,7 @@ def _light_copy(model: onnx.ModelProto) -> tuple[onnx.ModelProto, HeldWeights]:
         if size < HELD_TENSOR_BYTES or not tensor.HasField("raw_data"):
             light.graph.initializer.add().CopyFrom(tensor)
             continue
-        length = _raw_length(tensor)
+        length = len(tensor.raw_data)
         if length != size:
             raise InputError(f"the model: initializer {tensor.name!r} of type {tensor.data_type} and dims "
                              f"{list(tensor.dims)} has {length} bytes of raw_data, not {size}")
@@ -326,21 +326,6 @@ def _light_copy(model: onnx.ModelProto) -> tuple[onnx.ModelProto, HeldWeights]:
             entry = stand_in.external_data.add()
             entry.key, entry.value = key, value
     return light, held
-
-
-def _raw_length(tensor: onnx.TensorProto) -> int:
-    """``len(tensor.raw_data)`` without reading it (which copies it whole): from the encoded sizes."""
-    rest = onnx.TensorProto()
-    _copy_fields(tensor, rest, "raw_data")
-    field_bytes = int(tensor.ByteSize()) - int(rest.ByteSize()) - 1  # raw_data's key (field 9, length-delimited) is 1 byte
-    length = field_bytes - 1
-    while length > 0 and length + _varint_size(length) > field_bytes:
-        length -= 1
-    return max(length, 0)
-
-
-def _varint_size(value: int) -> int:
-    return max(1, -(-value.bit_length() // 7))
 
 
 # -- external data --------------------------------------------------------------------------------
