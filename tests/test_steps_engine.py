@@ -367,3 +367,36 @@ def test_loop_scan_output_type_checked_on_the_way_down() -> None:
     with pytest.raises(lowerer.ConversionError, match=r"node 'loop' \(Loop-16, in graph\) cannot be converted to "
                        r"opset 13: .*output 'y' is tensor\(bfloat16\), which Loop does not accept there"):
         lowerer.convert(model, target_opset=13)
+
+
+@pytest.mark.parametrize(("op", "elem", "dtype", "target"), [
+    ("Max", TensorProto.INT16, np.int16, 7), ("Min", TensorProto.UINT8, np.uint8, 7),
+    ("Max", TensorProto.INT32, np.int32, 8), ("Min", TensorProto.UINT32, np.uint32, 8),
+    ("Greater", TensorProto.INT32, np.int32, 7), ("Less", TensorProto.UINT32, np.uint32, 7),
+    ("Less", TensorProto.INT8, np.int8, 7), ("Equal", TensorProto.UINT16, np.uint16, 7),
+    ("Equal", TensorProto.UINT32, np.uint32, 9), ("Equal", TensorProto.INT8, np.int8, 7),
+])
+def test_small_integers_below_their_integer_versions(op: str, elem: int, dtype: type, target: int) -> None:
+    """(u)int8/16/32 where the target's op takes floats (or int32/int64) only: widened exactly, extremes kept."""
+    out_elem = elem if op in ("Max", "Min") else TensorProto.BOOL
+    model = make_model([helper.make_node(op, ["a", "b"], ["c"])],
+                       [value_info("a", elem, [6]), value_info("b", elem, [6])], [value_info("c", out_elem, [6])], 13)
+    info = np.iinfo(dtype)
+    a = np.array([info.min, info.max, info.max - 1, 0, 1, info.min + 1], dtype)
+    b = np.array([info.min + 1, info.max - 1, info.max, 0, info.max, info.min], dtype)
+    feeds = [{"a": a, "b": b}, {"a": b, "b": a}, {"a": a, "b": a}]
+    out = lowerer.convert(model, target_opset=target).model  # onnxruntime has no kernel for some originals
+    check_model_full(out)
+    assert "Where" not in ops(out)
+    fn = {"Max": np.maximum, "Min": np.minimum, "Greater": np.greater, "Less": np.less, "Equal": np.equal}[op]
+    for feed, (got,) in zip(feeds, ort_run(out, feeds), strict=True):
+        want = fn(feed["a"], feed["b"])
+        assert got.dtype == want.dtype and np.array_equal(got, want), (feed, got, want)
+
+
+def test_max_of_32_bit_integers_at_7_is_refused() -> None:
+    model = make_model([helper.make_node("Max", ["a", "b"], ["c"], name="mx")],
+                       [value_info("a", TensorProto.INT32, [3]), value_info("b", TensorProto.INT32, [3])],
+                       [value_info("c", TensorProto.INT32, [3])], 13)
+    with pytest.raises(lowerer.ConversionError, match=r"'mx'.*\(u\)int8/16 only"):
+        lowerer.convert(model, target_opset=7)

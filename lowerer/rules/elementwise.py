@@ -7,7 +7,11 @@
 * ``Equal`` 11 → 7 on floats (Equal-7 takes bool and integers only): ``a == b`` is "neither
   ``a < b`` nor ``a > b``, and neither is NaN", where "x is not NaN" is ``x < inf or x > -inf``
   (true for every number and both infinities, false for NaN): Less, Greater, Or, And and Not
-  give exactly Equal's answer, ±0 and NaN included.
+  give exactly Equal's answer, ±0 and NaN included. On (u)int8/16 and uint32 (Equal-7 takes int32
+  and int64) both sides are widened to int32 (int64 for uint32): every value kept.
+* ``Greater``/``Less`` 9 → 7 on integers of at most 32 bits: in double, where each is exact.
+  ``Max``/``Min`` 12 → 8 below 9 on (u)int8/16: in float (each is exact), cast back; (u)int32 in
+  double at 8 (onnxruntime's Max-6/Min-6 take float only).
 * ``Gemm`` 11 → 9: C became optional at 11; Gemm-9 gets C = -0.0 (or +0.0 when ``beta`` < 0), so
   that ``beta * C`` is -0.0 and adding it changes no value, the sign of a zero included (0 for
   integer types).
@@ -16,6 +20,7 @@
 from __future__ import annotations
 
 import numpy as np
+import onnx
 
 from lowerer.reference import np_dtype
 from lowerer.steps import generic
@@ -24,7 +29,7 @@ from lowerer.steps.emitter import Emitter
 from lowerer.steps.generic import attribute_value, remove_attribute
 from lowerer.steps.registry import DOWN, UP, adapter
 
-__all__ = ["binary_legacy_broadcast_up", "gemm_11_9", "max_min_12_8", "mod_28_13"]
+__all__ = ["binary_legacy_broadcast_up", "equal_11_7", "gemm_11_9", "greater_less_9_7", "max_min_12_8", "mod_28_13"]
 
 #: Ops whose version 7 replaced ``broadcast``/``axis`` by numpy-style broadcasting.
 LEGACY_BROADCAST_OPS = ("Add", "Sub", "Mul", "Div", "Pow", "And", "Or", "Xor", "Equal", "Greater", "Less")
@@ -105,8 +110,18 @@ def max_min_12_8(em: Emitter, step: Step, direction: str) -> None:
         generic.cross(em, step, direction)
         return
     if em.target < 9:
+        # Exact in a float type that holds every such integer (max/min picks one of them): float for (u)int8/16;
+        # double for (u)int32, whose Max/Min kernels onnxruntime has from version 8 only.
+        wide = onnx.TensorProto.FLOAT if types <= _TINY_INTS else onnx.TensorProto.DOUBLE
+        if types <= _TINY_INTS or (types <= _SMALL_INTS and em.target >= 8):
+            widened = [em.op("Cast", [n], to=wide) for n in node.input if n]
+            (elem,) = types
+            em.op("Cast", [em.op(node.op_type, widened)], list(node.output), to=elem)
+            return
         em.refuse(f"{node.op_type} takes integers from version 12 on; the exact form with Where and an integer "
-                  "Greater/Less needs opset 9; the lowest opset for this node is 9")
+                  "Greater/Less needs opset 9; below it a form in float is exact for (u)int8/16 only (in double, "
+                  "(u)int32 from opset 8, where onnxruntime's Max/Min take doubles); the lowest opset for this "
+                  "node is 9")
     compare = "Greater" if node.op_type == "Max" else "Less"
     inputs = [n for n in node.input if n]
     (output,) = node.output
@@ -120,6 +135,21 @@ def max_min_12_8(em: Emitter, step: Step, direction: str) -> None:
 
 
 _FLOATS = {1, 10, 11}  # float, float16, double: what Less/Greater-7 take
+#: Integers of at most 32 bits: each is a double exactly ((u)int8/16/32).
+_SMALL_INTS = frozenset({2, 3, 4, 5, 6, 12})
+#: (u)int8/16: each is a float exactly.
+_TINY_INTS = frozenset({2, 3, 4, 5})
+
+
+@adapter(("Greater", "Less"), 9, DOWN)
+def greater_less_9_7(em: Emitter, step: Step, direction: str) -> None:
+    """Greater/Less on integers (new at 9): integers of at most 32 bits compared as doubles (exact)."""
+    elem = em.elem_type(em.node.input[0])
+    if elem not in _SMALL_INTS:
+        generic.cross(em, step, direction)
+        return
+    a, b = (em.op("Cast", [n], to=onnx.TensorProto.DOUBLE) for n in em.node.input)
+    em.op(em.node.op_type, [a, b], list(em.node.output))
 
 
 @adapter("Equal", 11, DOWN)
@@ -127,6 +157,10 @@ def equal_11_7(em: Emitter, step: Step, direction: str) -> None:
     """Equal on floats (new at 11) from Less, Greater and a NaN test; other types cross as the generic step."""
     a, b = em.node.input
     elem = em.elem_type(a)
+    if elem in _SMALL_INTS - {6}:  # Equal-7 takes int32 and int64: widened, every value kept
+        wide = onnx.TensorProto.INT64 if elem == 12 else onnx.TensorProto.INT32
+        em.op("Equal", [em.op("Cast", [a], to=wide), em.op("Cast", [b], to=wide)], list(em.node.output))
+        return
     if elem not in _FLOATS:
         generic.cross(em, step, direction)
         return
