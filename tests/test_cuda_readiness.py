@@ -15,6 +15,7 @@ from typing import Any
 import numpy as np
 import onnx
 import pytest
+from _wrong_rules import DropsSelectLast
 from onnx import TensorProto as T
 from onnx import helper, numpy_helper
 
@@ -22,7 +23,6 @@ import lowerer
 import lowerer.rules as rules
 from lowerer.backends import installed_kernels as ik
 from lowerer.backends.placement import CPU_PREFERRED, NO_KERNEL, REJECTED, Assigned, classify
-from lowerer.steps.emitter import Emitter, Rule
 from lowerer.verification import provider_probe
 from lowerer.verification import providers as prov
 from lowerer.verification import whole as whole_mod
@@ -249,15 +249,6 @@ def test_a_provider_kernel_that_departs_is_named_and_the_rewrite_stands(monkeypa
     assert sum("Upsample-9 kernel differs" in r.getMessage() for r in caplog.records) == 1
 
 
-class DropsSelectLast(Rule):
-    """A deliberately wrong ArgMax rule: drops select_last_index instead of emulating it."""
-
-    name = "wrong-argmax"
-    op_types = ("ArgMax", "ArgMin")
-    versions = (1, 11, 12, 13)
-
-    def rewrite(self, em: Emitter) -> None:
-        em.copy_node(select_last_index=None)
 
 
 def test_a_wrong_rewrite_is_still_refused_after_every_second_opinion(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -29,6 +29,7 @@ from _hostile_helpers import (
     save_with_data,
     snapshot,
 )
+from _wrong_rules import DropsSelectLast
 from click.testing import CliRunner
 from onnx import TensorProto, helper, numpy_helper
 
@@ -38,7 +39,6 @@ from lowerer import model_io
 from lowerer.cli import main
 from lowerer.errors import InputError, one_line
 from lowerer.files import Transaction
-from lowerer.steps.emitter import Emitter, Rule
 
 F = TensorProto.FLOAT
 LONG = "x" * 300  # longer than NAME_MAX (255)
@@ -83,15 +83,6 @@ def test_1_report_path_checked_before_any_work(model_dir: Path, tmp_path: Path, 
                                "--report", tmp_path / report], *needles)
 
 
-class DropsSelectLast(Rule):
-    """A deliberately wrong ArgMax rule (drops select_last_index): verification must fail."""
-
-    name = "wrong-argmax"
-    op_types = ("ArgMax", "ArgMin")
-    versions = (1, 11, 12, 13)
-
-    def rewrite(self, em: Emitter) -> None:
-        em.copy_node(select_last_index=None)
 
 
 def test_1_report_written_on_failed_verification(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

@@ -8,6 +8,7 @@ from pathlib import Path
 import numpy as np
 import onnx
 import pytest
+from _wrong_rules import DropsSelectLast
 from click.testing import CliRunner
 from onnx import TensorProto as T
 from onnx import helper
@@ -51,15 +52,6 @@ def many_nodes(n: int, opset: int = 13) -> onnx.ModelProto:
     return onnx.shape_inference.infer_shapes(model)
 
 
-class DropsSelectLast(Rule):
-    """A deliberately wrong ArgMax rule: drops select_last_index instead of emulating it."""
-
-    name = "wrong-argmax"
-    op_types = ("ArgMax", "ArgMin")
-    versions = (1, 11, 12, 13)
-
-    def rewrite(self, em: Emitter) -> None:
-        em.copy_node(select_last_index=None)
 
 
 class WrongTranspose(Rule):
