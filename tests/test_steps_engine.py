@@ -400,3 +400,18 @@ def test_max_of_32_bit_integers_at_7_is_refused() -> None:
                        [value_info("c", TensorProto.INT32, [3])], 13)
     with pytest.raises(lowerer.ConversionError, match=r"'mx'.*\(u\)int8/16 only"):
         lowerer.convert(model, target_opset=7)
+
+
+@pytest.mark.parametrize("op", ["Add", "Sub", "Mul", "Div"])
+@pytest.mark.parametrize(("elem", "dtype"), [(TensorProto.INT8, np.int8), (TensorProto.UINT8, np.uint8),
+                                             (TensorProto.INT16, np.int16), (TensorProto.UINT16, np.uint16)])
+@pytest.mark.parametrize("target", [13, 7])
+def test_narrow_integer_arithmetic_below_14(op: str, elem: int, dtype: type, target: int) -> None:
+    """(u)int8/16 Add/Sub/Mul/Div (new at 14) in int64 and cast back: wrap-around and truncation as the original's."""
+    model = make_model([helper.make_node(op, ["a", "b"], ["c"])],
+                       [value_info("a", elem, [6]), value_info("b", elem, [6])], [value_info("c", elem, [6])], 14)
+    info = np.iinfo(dtype)
+    a = np.array([info.max, info.min, info.max // 2 + 3, 7, info.max - 1, 0 if info.min == 0 else -7], dtype)
+    b = np.array([info.max, 3, info.max // 3, 2 if info.min == 0 else -2, 5, 1], dtype)
+    out = convert_and_compare(model, target, [{"a": a, "b": b}, {"a": b, "b": np.maximum(a, 1).astype(dtype)}])
+    assert op in ops(out) and "Cast" in ops(out)

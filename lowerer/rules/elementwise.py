@@ -29,7 +29,8 @@ from lowerer.steps.emitter import Emitter
 from lowerer.steps.generic import attribute_value, remove_attribute
 from lowerer.steps.registry import DOWN, UP, adapter
 
-__all__ = ["binary_legacy_broadcast_up", "equal_11_7", "gemm_11_9", "greater_less_9_7", "max_min_12_8", "mod_28_13"]
+__all__ = ["arithmetic_14_13", "binary_legacy_broadcast_up", "equal_11_7", "gemm_11_9", "greater_less_9_7",
+           "max_min_12_8", "mod_28_13"]
 
 #: Ops whose version 7 replaced ``broadcast``/``axis`` by numpy-style broadcasting.
 LEGACY_BROADCAST_OPS = ("Add", "Sub", "Mul", "Div", "Pow", "And", "Or", "Xor", "Equal", "Greater", "Less")
@@ -173,3 +174,24 @@ def equal_11_7(em: Emitter, step: Step, direction: str) -> None:
     ordered = em.op("Or", [em.op("Less", [a, b]), em.op("Greater", [a, b])])
     numbers = em.op("And", [is_number(a), is_number(b)])
     em.op("And", [em.op("Not", [ordered]), numbers], list(em.node.output))
+
+
+#: (u)int8/16: what Add/Sub/Mul/Div take from version 14 only.
+_NARROW_INTS = {2: "uint8", 3: "int8", 4: "uint16", 5: "int16"}
+
+
+@adapter(("Add", "Sub", "Mul", "Div"), 14, DOWN)
+def arithmetic_14_13(em: Emitter, step: Step, direction: str) -> None:
+    """Add/Sub/Mul/Div on (u)int8/16 (new at 14): computed in int64 and cast back; other types cross as they are.
+
+    Every sum, difference and product of two such values is an int64 exactly, and a quotient truncates
+    toward zero in both; the cast back keeps the low bits, as the narrow kernel's wrap-around does
+    (onnxruntime computes them in C++, where the narrow values are promoted and the result converted).
+    """
+    node = em.node
+    elem = em.elem_type(node.input[0])
+    if elem not in _NARROW_INTS:
+        generic.cross(em, step, direction)
+        return
+    a, b = (em.op("Cast", [n], to=onnx.TensorProto.INT64) for n in node.input)
+    em.op("Cast", [em.op(node.op_type, [a, b])], list(node.output), to=elem)
