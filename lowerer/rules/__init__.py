@@ -47,6 +47,7 @@ from lowerer.rules import (  # noqa: F401  (imported to register their adapters)
     tensor_ops,
     trilu,
     upsample,
+    widening,
 )
 from lowerer.rules.argmax import ArgExtremumRule
 from lowerer.rules.backend_forms import ConstantInputsForm, LastAxisForm, SelectLastIndexForm

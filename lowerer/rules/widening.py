@@ -1,0 +1,103 @@
+"""Version-step adapters for ops whose newer versions took narrower types: computed in a wider type, exactly.
+
+* ``IsInf`` 20 → 10 on float16: in float (every float16 is a float, infinities included).
+* ``MaxPool`` 12 → 11 on (u)int8: in float (every such integer is one; padding is skipped in both).
+* ``Clip`` 12 → 11 on (u)int8/16: in float, bounds too (constant bounds become float constants, so
+  that they fold into Clip-6's attributes further down); the result cast back.
+* ``ReduceMax``/``ReduceMin`` 20 → 18 on bool: in float (0 and 1), then ``> 0.5``: a reduction over
+  nothing gives float's lowest (highest) value, which reads as false (true), bool's identity too.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import onnx
+
+from lowerer.steps import generic
+from lowerer.steps.changes import Step
+from lowerer.steps.emitter import Emitter
+from lowerer.steps.registry import DOWN, adapter
+
+__all__ = ["clip_12_11", "is_inf_20_10", "max_pool_12_11", "reduce_bool_20_18"]
+
+_FLOAT = onnx.TensorProto.FLOAT
+#: (u)int8/16: each is a float exactly.
+_TINY_INTS = frozenset({2, 3, 4, 5})
+
+
+def _in_float(em: Emitter, inputs: list[str]) -> list[str]:
+    """``inputs`` cast to float (an empty name stays empty; a constant becomes a float constant)."""
+    out: list[str] = []
+    for name in inputs:
+        value = em.constant(name) if name else None
+        if not name:
+            out.append(name)
+        elif value is not None:
+            out.append(em.const(value.astype(np.float32), "float"))
+        else:
+            out.append(em.op("Cast", [name], to=_FLOAT))
+    return out
+
+
+def _widened(em: Emitter, inputs: list[str], back: list[int | None]) -> None:
+    """``em.node`` on ``inputs``, its outputs cast back to ``back`` (None: kept as they are)."""
+    node = generic.copy_of(em.node)
+    del node.input[:]
+    node.input.extend(inputs)
+    finals = list(node.output)
+    for k, (name, elem) in enumerate(zip(finals, back, strict=False)):
+        if name and elem is not None:
+            node.output[k] = em.fresh(f"{name}_float")
+    em.nodes.append(node)
+    em.facts.add_node(node, em.opset)
+    for k, (name, elem) in enumerate(zip(finals, back, strict=False)):
+        if name and elem is not None:
+            em.op("Cast", [node.output[k]], [name], to=elem)
+
+
+@adapter("IsInf", 20, DOWN)
+def is_inf_20_10(em: Emitter, step: Step, direction: str) -> None:
+    """IsInf on float16 (new at 20) in float."""
+    if em.elem_type(em.node.input[0]) != onnx.TensorProto.FLOAT16:
+        generic.cross(em, step, direction)
+        return
+    _widened(em, [em.op("Cast", [em.node.input[0]], to=_FLOAT)], [None])
+
+
+@adapter("MaxPool", 12, DOWN)
+def max_pool_12_11(em: Emitter, step: Step, direction: str) -> None:
+    """MaxPool on (u)int8 (new at 12) in float, cast back (the indices stay)."""
+    elem = em.elem_type(em.node.input[0])
+    if elem not in (onnx.TensorProto.INT8, onnx.TensorProto.UINT8):
+        generic.cross(em, step, direction)
+        return
+    _widened(em, [em.op("Cast", [em.node.input[0]], to=_FLOAT)], [elem, None])
+
+
+@adapter("Clip", 12, DOWN)
+def clip_12_11(em: Emitter, step: Step, direction: str) -> None:
+    """Clip on (u)int8/16 (new at 12) in float, bounds too, cast back."""
+    elem = em.elem_type(em.node.input[0])
+    if elem not in _TINY_INTS:
+        generic.cross(em, step, direction)
+        return
+    bounds = [n for n in list(em.node.input)[1:] if n and em.constant(n) is None]
+    if bounds and em.target < 11:
+        em.refuse(f"Clip-6 takes its bounds as attributes, and {bounds[0]!r} is not a constant; the lowest opset "
+                  "this node can be taken to is 11")
+    _widened(em, _in_float(em, list(em.node.input)), [elem])
+
+
+@adapter(("ReduceMax", "ReduceMin"), 20, DOWN)
+def reduce_bool_20_18(em: Emitter, step: Step, direction: str) -> None:
+    """ReduceMax/ReduceMin on bool (new at 20) in float, then ``> 0.5``."""
+    node = em.node
+    if em.elem_type(node.input[0]) != onnx.TensorProto.BOOL:
+        generic.cross(em, step, direction)
+        return
+    reduced = generic.copy_of(node)
+    reduced.input[0] = em.op("Cast", [node.input[0]], to=_FLOAT)
+    reduced.output[0] = em.fresh(f"{node.output[0]}_float")
+    em.nodes.append(reduced)
+    em.facts.add_node(reduced, em.opset)
+    em.op("Greater", [reduced.output[0], em.const(np.array(0.5, np.float32), "half")], list(node.output))

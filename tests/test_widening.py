@@ -1,0 +1,83 @@
+"""Ops whose newer versions took narrower types, taken below them in a wider type (``lowerer.rules.widening``).
+
+Each conversion runs before and after in onnxruntime and must be equal bit for bit (or, where
+onnxruntime has no kernel for the original, equal numpy's answer).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import onnx
+import pytest
+from _convert_helpers import check_model_full, make_model, ort_run, value_info
+from onnx import TensorProto, helper, numpy_helper
+
+import lowerer
+from lowerer.errors import ConversionError
+
+
+def _same(model: onnx.ModelProto, target: int, feeds: list[dict[str, np.ndarray]]) -> onnx.ModelProto:
+    converted = lowerer.convert(model, target_opset=target).model
+    check_model_full(converted)
+    for got, want in zip(ort_run(converted, feeds), ort_run(model, feeds), strict=True):
+        for g, w in zip(got, want, strict=True):
+            assert g.dtype == w.dtype and g.shape == w.shape and np.array_equal(g, w, equal_nan=True), (g, w)
+    return converted
+
+
+@pytest.mark.parametrize("target", [19, 11])
+def test_is_inf_on_float16(target: int) -> None:
+    model = make_model([helper.make_node("IsInf", ["x"], ["y"], detect_negative=0)],
+                       [value_info("x", TensorProto.FLOAT16, [6])], [value_info("y", TensorProto.BOOL, [6])], 20)
+    x = np.array([np.inf, -np.inf, np.nan, 65504, -0.0, 6e-8], np.float16)
+    _same(model, target, [{"x": x}])
+
+
+@pytest.mark.parametrize(("elem", "dtype"), [(TensorProto.UINT8, np.uint8), (TensorProto.INT8, np.int8)])
+@pytest.mark.parametrize("target", [11, 7])
+def test_max_pool_on_8_bit_integers(elem: int, dtype: type, target: int) -> None:
+    model = make_model([helper.make_node("MaxPool", ["x"], ["y"], kernel_shape=[2, 2], pads=[1, 1, 0, 0])],
+                       [value_info("x", elem, [1, 1, 3, 3])], [value_info("y", elem, [1, 1, 3, 3])], 12)
+    info = np.iinfo(dtype)
+    x = np.array([info.min, info.max, 0, 1, info.min, info.max - 1, 7, 3, info.min + 1], dtype).reshape(1, 1, 3, 3)
+    _same(model, target, [{"x": x}])
+
+
+@pytest.mark.parametrize(("elem", "dtype"), [(TensorProto.INT8, np.int8), (TensorProto.UINT8, np.uint8)])
+@pytest.mark.parametrize("target", [11, 7])
+def test_clip_on_small_integers_with_constant_bounds(elem: int, dtype: type, target: int) -> None:
+    info = np.iinfo(dtype)
+    lo = numpy_helper.from_array(np.array(info.min + 3, dtype), "lo")
+    hi = numpy_helper.from_array(np.array(info.max - 5, dtype), "hi")
+    model = make_model([helper.make_node("Clip", ["x", "lo", "hi"], ["y"])], [value_info("x", elem, [5])],
+                       [value_info("y", elem, [5])], 13, initializers=[lo, hi])
+    x = np.array([info.min, info.max, info.min + 4, info.max - 6, 0 if info.min == 0 else -1], dtype)
+    out = _same(model, target, [{"x": x}])
+    assert "Clip" in [n.op_type for n in out.graph.node]
+
+
+def test_clip_with_a_run_time_bound_below_11_is_refused() -> None:
+    model = make_model([helper.make_node("Clip", ["x", "lo"], ["y"], name="c")],
+                       [value_info("x", TensorProto.INT8, [3]), value_info("lo", TensorProto.INT8, [])],
+                       [value_info("y", TensorProto.INT8, [3])], 13)
+    with pytest.raises(ConversionError, match=r"'c'.*'lo' is not a constant"):
+        lowerer.convert(model, target_opset=9)
+    _same(model, 11, [{"x": np.array([-128, 5, 127], np.int8), "lo": np.array(-3, np.int8)}])
+
+
+@pytest.mark.parametrize("op", ["ReduceMax", "ReduceMin"])
+@pytest.mark.parametrize(("shape", "axes"), [([2, 3], [1]), ([2, 0], [1]), ([3, 2], [0, 1])])
+@pytest.mark.parametrize("target", [19, 11])
+def test_bool_reductions(op: str, shape: list[int], axes: list[int], target: int) -> None:
+    """Over nothing ([2, 0] along 1): false for ReduceMax, true for ReduceMin, bool's identities."""
+    ax = numpy_helper.from_array(np.array(axes, np.int64), "axes")
+    model = make_model([helper.make_node(op, ["x", "axes"], ["y"], keepdims=1)],
+                       [value_info("x", TensorProto.BOOL, shape)], [value_info("y", TensorProto.BOOL, None)], 20,
+                       initializers=[ax])
+    rng = np.random.default_rng(0)
+    x = rng.integers(0, 2, size=shape).astype(bool)
+    converted = lowerer.convert(model, target_opset=target).model
+    (got,) = ort_run(converted, [{"x": x}])[0]
+    fn = np.max if op == "ReduceMax" else np.min
+    want = fn(x, axis=tuple(axes), keepdims=True, initial=(op == "ReduceMin"))
+    assert got.dtype == np.bool_ and np.array_equal(got, want), (got, want)
