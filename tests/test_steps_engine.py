@@ -57,7 +57,8 @@ def floats(*shape: int) -> np.ndarray:
 
 def test_types_relabel_checks_each_input() -> None:
     add = helper.make_node("Add", ["a", "b"], ["c"], name="add")
-    for elem, target, ok in ((F, 11, True), (I8, 13, False), (TensorProto.BFLOAT16, 12, False)):
+    # (int8 Add below 14 is computed in int64: test_narrow_integer_arithmetic_below_14.)
+    for elem, target, ok in ((F, 11, True), (TensorProto.BFLOAT16, 12, False)):
         model = make_model([add], [value_info("a", elem, [2]), value_info("b", elem, [2])],
                            [value_info("c", elem, [2])], 14)
         if ok:
@@ -299,11 +300,10 @@ def test_split_num_outputs(static: bool) -> None:
                        if static else [value_info(o, F, [None, 2]) for o in "abc"], 18)
     feeds = [{"x": floats(7, 2)}] if static else [{"x": floats(n, 2)} for n in (7, 9, 3)]
     convert_and_compare(model, 13, feeds)
-    if static:
-        convert_and_compare(model, 11, feeds)
-    else:
+    convert_and_compare(model, 11, feeds)  # dynamic: the sizes computed at run time, one Slice per part
+    if not static:
         with pytest.raises(lowerer.ConversionError, match="not a constant"):
-            lowerer.convert(model, target_opset=11)
+            lowerer.convert(model, target_opset=9)
 
 
 def test_constant_forms_going_down() -> None:
@@ -415,3 +415,15 @@ def test_narrow_integer_arithmetic_below_14(op: str, elem: int, dtype: type, tar
     b = np.array([info.max, 3, info.max // 3, 2 if info.min == 0 else -2, 5, 1], dtype)
     out = convert_and_compare(model, target, [{"a": a, "b": b}, {"a": b, "b": np.maximum(a, 1).astype(dtype)}])
     assert op in ops(out) and "Cast" in ops(out)
+
+
+def test_split_by_run_time_sizes_from_10() -> None:
+    """Split-13's sizes fed at run time: one Slice per part (Slice takes run-time bounds from 10)."""
+    model = make_model([helper.make_node("Split", ["x", "sizes"], ["a", "b", "c"], axis=-1, name="sp")],
+                       [value_info("x", F, [2, 6]), value_info("sizes", I64, [3])],
+                       [value_info("a", F, [2, "p"]), value_info("b", F, [2, "q"]), value_info("c", F, [2, "r"])], 13)
+    feeds = [{"x": floats(2, 6), "sizes": np.array(s, np.int64)} for s in ([1, 2, 3], [0, 6, 0], [3, 3, 0])]
+    out = convert_and_compare(model, 11, feeds)
+    assert "Split" not in ops(out)
+    with pytest.raises(lowerer.ConversionError, match=r"'sp'.*input 'sizes' is not a constant"):
+        lowerer.convert(model, target_opset=9)

@@ -26,7 +26,8 @@ from lowerer.steps.emitter import Emitter
 from lowerer.steps.generic import attribute_value, remove_attribute, set_attribute
 from lowerer.steps.registry import DOWN, UP, adapter
 
-__all__ = ["pad_18_13", "reshape_14_13", "shape_15_13", "slice_10_1", "split_13_18", "split_18_13", "unsqueeze_11_1"]
+__all__ = ["pad_18_13", "reshape_14_13", "shape_15_13", "slice_10_1", "split_13_11", "split_13_18", "split_18_13",
+           "unsqueeze_11_1"]
 
 INT64_MAX = int(np.iinfo(np.int64).max)
 #: Element types ConstantOfShape-9 can make (bfloat16 only from 20).
@@ -183,6 +184,34 @@ def split_18_13(em: Emitter, step: Step, direction: str) -> None:
         else:
             node.input[1] = last
     generic.cross(em, step, direction, node, handled=(Semantics,))
+
+
+@adapter("Split", 13, DOWN)
+def split_13_11(em: Emitter, step: Step, direction: str) -> None:
+    """Split sizes computed at run time: one Slice per output (its bounds the running sums), from Slice-10.
+
+    Split-11 takes the sizes as an attribute; from opset 10 Slice takes run-time bounds, and the parts
+    of a Split are the consecutive slices of those sizes along the axis. Constant sizes cross as usual.
+    """
+    node = em.node
+    sizes = node.input[1] if len(node.input) > 1 else ""
+    if not sizes or em.constant(sizes) is not None or em.target < 10:
+        generic.cross(em, step, direction)
+        return
+    x = node.input[0]
+    axis_value = attribute_value(node, "axis")
+    axis = 0 if axis_value is None else int(axis_value)  # type: ignore[call-overload]
+    if axis < 0:
+        axis += em.require_rank(x, "to slice along a negative axis (Slice-10 takes none)")
+    i64 = np.int64
+    axes = em.const(np.array([axis], i64), "axes")
+    start = em.const(np.array([0], i64), "start")
+    for k, out in enumerate(node.output):
+        size = em.op("Slice", [sizes, em.const(np.array([k], i64), "k"), em.const(np.array([k + 1], i64), "k1")])
+        end = em.op("Add", [start, size])
+        if out:
+            em.op("Slice", [x, start, end, axes], [out])
+        start = end
 
 
 @adapter("Split", 18, UP)
