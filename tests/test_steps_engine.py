@@ -427,3 +427,17 @@ def test_split_by_run_time_sizes_from_10() -> None:
     assert "Split" not in ops(out)
     with pytest.raises(lowerer.ConversionError, match=r"'sp'.*input 'sizes' is not a constant"):
         lowerer.convert(model, target_opset=9)
+
+
+def test_pad_axes_with_run_time_pads_from_11() -> None:
+    """Pad-18's constant axes folded into run-time pads: each axis's entries sliced into place, zeros elsewhere."""
+    axes = numpy_helper.from_array(np.array([2, -2], np.int64), "axes")
+    model = make_model([helper.make_node("Pad", ["x", "pads", "", "axes"], ["y"], name="pad")],
+                       [value_info("x", F, [2, 3, 4]), value_info("pads", I64, [4])],
+                       [value_info("y", F, ["a", "b", "c"])], 18, initializers=[axes])
+    pads = ([1, 0, 2, 3], [0, 2, 0, 0], [-1, 1, 1, -2])
+    feeds = [{"x": floats(2, 3, 4), "pads": np.array(p, np.int64)} for p in pads]
+    out = convert_and_compare(model, 11, feeds)
+    assert all(len(n.input) < 4 for n in out.graph.node if n.op_type == "Pad")
+    with pytest.raises(lowerer.ConversionError, match=r"'pad'.*constant pads below Pad-11"):
+        lowerer.convert(model, target_opset=10)

@@ -272,21 +272,31 @@ def _stepped_slice(em: Emitter, step: Step, direction: str, node: onnx.NodeProto
 
 @adapter("Pad", 18, DOWN)
 def pad_18_13(em: Emitter, step: Step, direction: str) -> None:
-    """An ``axes`` input (constant, known rank) is folded into pads for every axis."""
+    """An ``axes`` input (constant, known rank) is folded into pads for every axis (run-time pads sliced in place)."""
     node = generic.copy_of(em.node)
     if len(node.input) > 3 and node.input[3]:
         axes = em.constant(node.input[3])
         pads = em.constant(node.input[1])
         rank = em.rank(node.input[0])
-        if axes is None or pads is None or rank is None:
-            em.refuse("Pad-13 has no 'axes' input; folding it into the pads needs constant axes and pads and "
-                      "the input's rank")
-        full = np.zeros(2 * rank, dtype=np.int64)
+        if axes is None or rank is None or (pads is None and em.target < 11):
+            em.refuse("Pad-13 has no 'axes' input; folding it into the pads needs constant axes and the input's "
+                      "rank" + (", and constant pads below Pad-11 (pads as an attribute)" if em.target < 11 else ""))
         normalized = [int(a) + rank if a < 0 else int(a) for a in axes.reshape(-1)]
-        for k, a in enumerate(normalized):
-            full[a] = pads.reshape(-1)[k]
-            full[a + rank] = pads.reshape(-1)[k + len(normalized)]
-        node.input[1] = em.const(full, "pads")
+        if pads is not None:
+            full = np.zeros(2 * rank, dtype=np.int64)
+            for k, a in enumerate(normalized):
+                full[a] = pads.reshape(-1)[k]
+                full[a + rank] = pads.reshape(-1)[k + len(normalized)]
+            node.input[1] = em.const(full, "pads")
+        else:  # run-time pads: each axis's entries sliced into place, zeros elsewhere (the last mention wins)
+            source: dict[int, int] = {}
+            for k, a in enumerate(normalized):
+                source[a], source[a + rank] = k, k + len(normalized)
+            i64 = np.int64
+            pieces = [em.op("Slice", [node.input[1], em.const(np.array([source[j]], i64), "at"),
+                                      em.const(np.array([source[j] + 1], i64), "to")])
+                      if j in source else em.const(np.array([0], i64), "zero") for j in range(2 * rank)]
+            node.input[1] = em.op("Concat", pieces, axis=0)
         generic.drop_input(node, 3)
     generic.cross(em, step, direction, node, handled=(InputAdded,))
 
