@@ -118,6 +118,8 @@ def test_engine_records_what_explain_says(case: Any) -> None:
         except LowererError:
             continue
         for rewrite in report.rewrites:
+            if rewrite.op_type != "If" and any(c.op == "If" for c in rewrite.crossings):
+                continue  # copies of the op in the branches of a made If (axes picked at run time) cross on their own
             own = [c for c in rewrite.crossings if c.op == rewrite.op_type]
             tv = since_version(rewrite.op_type, target)
             lines = REGISTRY.explain(rewrite.op_type, rewrite.from_version, tv or target)
