@@ -86,7 +86,7 @@ def _answer(kind: str, result: object, roles: dict[str, _Role]) -> object:
     """A read's answer as a comparable value (names in it by role; _UnknownError for another value's name)."""
     if result is None or isinstance(result, (bool, str)):
         return result
-    if kind == "lookup":
+    if kind in ("lookup", "refined"):
         assert isinstance(result, tuple)
         return result[0], None if result[1] is None else tuple(result[1])
     if kind == "symbols":
@@ -157,12 +157,14 @@ class Recorder:
 
     def refined(self, scope: Scope, name: str, value_of: Callable[[Scope, str], np.ndarray | None],
                 enough: Callable[[ValueType], bool] = lambda vt: True) -> ValueType | None:
-        """As :meth:`ShapeIndex.refined`: a logged lookup where that is enough, else not recordable."""
-        vt = self.lookup(scope, name, enough)
-        if vt is not None and enough(vt):
-            return vt
-        self.ok = False  # a subgraph inferred alone: the answer depends on values that are not the node's
-        return self._shapes.refined(scope, name, value_of, enough)
+        """As :meth:`ShapeIndex.refined`, logged: the rule sees only the answer, asked again of a later node.
+
+        The constants it reads on its way are read from the model (not logged as the node's reads):
+        what counts is the answer for the node's own value, which :meth:`Pattern.matches` compares.
+        """
+        found = self._shapes.refined(scope, name, self._constants.value, enough)
+        self._note("refined", name, enough, found)
+        return found
 
     def symbols(self, scope: Scope, name: str) -> list[int | str | None] | None:
         """As :meth:`ShapeIndex.symbols`, logged."""
@@ -241,6 +243,9 @@ class Pattern:
             if kind == "lookup":
                 assert r.enough is not None
                 result: object = shapes.lookup(scope, name, r.enough)
+            elif kind == "refined":
+                assert r.enough is not None
+                result = shapes.refined(scope, name, constants.value, r.enough)
             elif kind == "symbols":
                 result = shapes.symbols(scope, name)
             elif kind == "type_str":
