@@ -146,6 +146,26 @@ class Facts:
         return made_symbols(made[0], dims, lambda n: self.symbols(n, depth + 1),
                             lambda n: self.shape_entries(n, depth + 1))
 
+    def given_subgraph(self, node: onnx.NodeProto, attr_name: str) -> onnx.GraphProto | None:
+        """``node``'s subgraph ``attr_name`` as the model gave it (before any conversion), or None.
+
+        None for a node the conversion made, one in a model-local function, or where the model's
+        bytes were not kept.
+        """
+        given_graph = getattr(self._shapes, "given_graph", None)
+        if given_graph is None or self.scope.function is not None:
+            return None
+        holder = self.scope.holder
+        index = next((i for i, n in enumerate(holder.node)
+                      if n.op_type == node.op_type and list(n.output) == list(node.output)), None)
+        if index is None:
+            return None
+        parent = given_graph(self.scope.locator)
+        if parent is None or index >= len(parent.node) or list(parent.node[index].output) != list(node.output):
+            return None
+        found: onnx.GraphProto | None = given_graph((*self.scope.locator, (index, attr_name, 0)))
+        return found
+
     def value(self, name: str) -> np.ndarray | None:
         """The constant value of ``name`` (None when it is not a constant)."""
         if not name:

@@ -376,7 +376,7 @@ class ShapeIndex:
             return found
         return _merged(found, self._node_inferred(home, name, value_of))
 
-    def _given_graph(self, locator: tuple[object, ...]) -> onnx.GraphProto | None:
+    def given_graph(self, locator: tuple[object, ...]) -> onnx.GraphProto | None:
         """The graph at ``locator`` in the model as given (parsed from its bytes on first use)."""
         if self._given is None and self._serialized is not None:
             given = onnx.ModelProto()
@@ -387,7 +387,7 @@ class ShapeIndex:
     def _node_inferred(self, home: Scope, name: str, value_of: Callable[[Scope, str], np.ndarray | None]
                        ) -> ValueType | None:
         """The type of ``name`` from its producer in ``home`` alone (onnx's per-node inference), or None."""
-        graph = self._given_graph(home.locator)
+        graph = self.given_graph(home.locator)
         if graph is None or home.opset is None:
             return None
         producers = self._producers.get(home.locator)
@@ -425,8 +425,8 @@ class ShapeIndex:
         if home.locator in self._alone:
             return self._alone[home.locator]
         self._alone[home.locator] = None  # while it is inferred: a lookup from inside finds nothing here
-        graph = self._given_graph(home.locator)
-        parent = self._given_graph(home.locator[:-1])
+        graph = self.given_graph(home.locator)
+        parent = self.given_graph(home.locator[:-1])
         if graph is None or parent is None or home.parent is None or home.opset is None:
             return None
         outside = home.parent

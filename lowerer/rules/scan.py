@@ -15,16 +15,23 @@ A batch of 1 maps exactly between them:
   outputs): Unsqueeze axis 0 of each input, Scan-8 without ``sequence_lens``, Squeeze each output.
 
 Other batches would need a Loop, which is refused. The body is the same on both sides.
+
+Below Scan-8 (at 7) Scan-9+ becomes a Loop over the sequence (:func:`scan_as_loop`).
 """
 
 from __future__ import annotations
 
+import numpy as np
+import onnx
+
+from lowerer.body_shapes import body_input_types
+from lowerer.opsets import since_version
 from lowerer.steps.changes import Step
 from lowerer.steps.emitter import Emitter
 from lowerer.steps.generic import attribute, attribute_value
-from lowerer.steps.registry import DOWN, UP, adapter
+from lowerer.steps.registry import DOWN, UP, adapter, history, lowering
 
-__all__ = ["scan_8_9", "scan_9_8"]
+__all__ = ["loop_from_scan", "scan_8_9", "scan_9_8", "scan_as_loop"]
 
 
 def _ints(node_value: object) -> list[int] | None:
@@ -83,3 +90,123 @@ def scan_9_8(em: Emitter, step: Step, direction: str) -> None:
         em.refuse(f"scan_output_directions={reversed_outputs}; Scan-8 appends every scan output forward")
     directions = _ints(attribute_value(node, "scan_input_directions"))
     _wrapped_scan(em, list(node.input), "Unsqueeze", "Squeeze", directions=directions)
+
+
+@lowering("Scan", tuple(v for v in history("Scan") if v >= 9))
+def scan_as_loop(em: Emitter) -> None:
+    """Scan-9+ as a Loop over the sequence (below Scan-8, at 7); see :func:`loop_from_scan`.
+
+    The engine has taken the body down already when it reaches the Scan, and takes the Loop's body down
+    again from the Scan's version: the Loop gets the body as the model gave it (its nodes must mean the
+    same at the Scan's version as at the model's opset), never the converted one.
+    """
+    node = em.node
+    given = em.facts.given_subgraph(node, "body")
+    if given is None:
+        em.refuse("below Scan-8 it becomes a Loop, which needs its body as the model gave it, and this Scan is "
+                  "not the model's own (a made Scan is rewritten where it is made)")
+    scope_opset = em.scope.opset or em.opset
+    for inner in _all_nodes(given):
+        if inner.domain in ("", "ai.onnx") and since_version(inner.op_type, em.opset) != \
+                since_version(inner.op_type, scope_opset):
+            em.refuse(f"below Scan-8 it becomes a Loop whose body is read at Scan-{em.opset}'s opset, and the "
+                      f"body's {inner.op_type} means another version there than at opset {scope_opset}")
+    loop = loop_from_scan(em, node, given)
+    em.nodes.append(loop)
+    em.facts.add_node(loop, em.opset)
+
+
+def _all_nodes(graph: onnx.GraphProto) -> list[onnx.NodeProto]:
+    found = []
+    for n in graph.node:
+        found.append(n)
+        for a in n.attribute:
+            if a.type == onnx.AttributeProto.GRAPH:
+                found.extend(_all_nodes(a.g))
+            for g in a.graphs:
+                found.extend(_all_nodes(g))
+    return found
+
+
+def loop_from_scan(em: Emitter, node: onnx.NodeProto, body: onnx.GraphProto, opset: int | None = None
+                   ) -> onnx.NodeProto:
+    """Scan-9+ ``node`` as a Loop (returned, not emitted) over ``body``, its nodes valid at ``opset`` (``em.opset``).
+
+    The Loop runs ``T`` times (``T``, the scanned axis's size, static and positive: a Loop of no
+    iteration cannot state its scan outputs' shapes), carries the states, and its body takes slice
+    ``i`` (``T - 1 - i`` for a reversed input) of each scanned input with a Gather of the iteration
+    count, named as the Scan body names its slice; the body's own nodes follow unchanged and its scan
+    outputs are stacked along axis 0 in iteration order, as the Loop stacks them (so every
+    ``scan_output_axes`` must be 0 and every ``scan_output_directions`` forward).
+    """
+    n_scan = int(attribute_value(node, "num_scan_inputs") or 0)  # type: ignore[call-overload]
+    inputs = list(node.input)
+    n_state = len(inputs) - n_scan
+    if n_scan < 1 or n_state < 0 or len(body.input) != len(inputs):
+        em.refuse(f"its body takes {len(body.input)} inputs for {n_state} states and {n_scan} scanned inputs")
+    for name in ("scan_output_axes", "scan_output_directions"):
+        values = _ints(attribute_value(node, name))
+        if values and any(values):
+            em.refuse(f"{name}={values}; the Loop it becomes below Scan-8 stacks scan outputs forward along axis 0")
+    axes = _ints(attribute_value(node, "scan_input_axes")) or [0] * n_scan
+    directions = _ints(attribute_value(node, "scan_input_directions")) or [0] * n_scan
+    scanned = inputs[n_state:]
+    lengths = set()
+    normalized = []
+    for x, axis in zip(scanned, axes, strict=False):
+        dims = em.dims(x)
+        if dims is None:
+            em.refuse(f"the rank of scanned input {x!r} is unknown; the Loop it becomes below Scan-8 needs the "
+                      "scanned axis's static size")
+        axis = axis + len(dims) if axis < 0 else axis
+        normalized.append(axis)
+        lengths.add(dims[axis] if 0 <= axis < len(dims) else None)
+    if len(lengths) != 1 or None in lengths or 0 in lengths:
+        em.refuse(f"the scanned axes' sizes are {sorted(map(str, lengths))}; the Loop it becomes below Scan-8 "
+                  "needs them static and positive (a Loop of no iteration cannot state its scan outputs)")
+    (length,) = lengths
+    i64 = np.int64
+    typed = body_input_types(node, opset or em.opset, em.facts.type_of, em.facts.symbols, em.facts.value)
+    label = node.name or "Scan"
+    count, cond_in, cond_out = (em.fresh(f"{node.output[0] or 'scan'}_{h}") for h in ("i", "cond", "cond_out"))
+    em.facts.add_type(count, (onnx.TensorProto.INT64, []))
+    em.facts.add_type(cond_in, (onnx.TensorProto.BOOL, []))
+    made: list[onnx.NodeProto] = []
+    reverse_index = ""
+    for formal, x, axis, backwards in zip(body.input[n_state:], scanned, normalized, directions, strict=False):
+        index = count
+        if backwards:
+            if not reverse_index:
+                reverse_index = em.fresh(f"{formal.name}_at")
+                last = em.const(np.array(int(length or 0) - 1, i64), "last")
+                made.append(onnx.helper.make_node("Sub", [last, count], [reverse_index], name=em.fresh(f"{label}/Sub")))
+            index = reverse_index
+        em.facts.mark_non_negative(index)
+        made.append(onnx.helper.make_node("Gather", [x, index], [formal.name], axis=axis,
+                                          name=em.fresh(f"{label}/Gather")))
+    made.append(onnx.helper.make_node("Identity", [cond_in], [cond_out], name=em.fresh(f"{label}/cond")))
+    states = []
+    for formal in body.input[:n_state]:
+        info = onnx.ValueInfoProto()
+        info.CopyFrom(formal)
+        found = typed.get(formal.name)
+        if found is not None and found[0]:
+            em.facts.add_type(formal.name, (found[0], None if found[1] is None else
+                                            [d if isinstance(d, int) else None for d in found[1]]))
+            if not info.type.tensor_type.elem_type:
+                info.type.tensor_type.elem_type = found[0]
+        states.append(info)
+    copies = []
+    for n in body.node:
+        c = onnx.NodeProto()
+        c.CopyFrom(n)
+        copies.append(c)
+    loop_body = onnx.helper.make_graph(
+        [*made, *copies], em.fresh(f"{body.name or 'scan'}_loop"),
+        [onnx.helper.make_tensor_value_info(count, onnx.TensorProto.INT64, []),
+         onnx.helper.make_tensor_value_info(cond_in, onnx.TensorProto.BOOL, []), *states],
+        [onnx.helper.make_tensor_value_info(cond_out, onnx.TensorProto.BOOL, []), *body.output],
+        initializer=list(body.initializer), value_info=list(body.value_info))
+    trips = em.const(np.array(int(length or 0), i64), "trips")
+    return onnx.helper.make_node("Loop", [trips, "", *inputs[:n_state]], list(node.output),
+                                 name=em.fresh(f"{label}/Loop"), body=loop_body)

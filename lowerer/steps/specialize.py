@@ -205,6 +205,8 @@ def fold(nodes: list[onnx.NodeProto], em: Emitter, opset: int, keep: set[str]) -
     while pending:
         node = pending.pop()
         _type_body_inputs(node, em, opset)  # the nodes before it are known by now
+        if node.op_type == "Scan" and node.domain in ("", "ai.onnx") and em.target < 8 <= opset:
+            node = _scan_as_loop(node, em, opset)  # no Scan below 8: a Loop, its body still at the body's opset
         inlined = _taken_branch(state, node)
         if inlined is not None:
             pending.extend(reversed(inlined))
@@ -235,6 +237,18 @@ def fold(nodes: list[onnx.NodeProto], em: Emitter, opset: int, keep: set[str]) -
                 # Known at once: the nodes after it see its type and value (a Reshape to it has a rank).
                 em.facts.add_constant(name, value, helper.np_dtype_to_tensor_dtype(value.dtype))
     return _without_identities(_materialize(state, live(kept, keep), keep), keep)
+
+
+def _scan_as_loop(node: onnx.NodeProto, em: Emitter, opset: int) -> onnx.NodeProto:
+    """A Scan of a body being expanded, as the Loop it is below Scan-8 (:func:`lowerer.rules.scan.loop_from_scan`).
+
+    Made here, where the Scan's body is still at the body's opset: the engine takes the Loop's body down
+    from there (a Scan reaching the engine has its body taken down first).
+    """
+    from lowerer.rules.scan import loop_from_scan
+
+    body = next(a.g for a in node.attribute if a.name == "body")
+    return loop_from_scan(em, node, body, opset)
 
 
 def _type_body_inputs(node: onnx.NodeProto, em: Emitter, opset: int) -> None:
