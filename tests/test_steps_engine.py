@@ -441,3 +441,18 @@ def test_pad_axes_with_run_time_pads_from_11() -> None:
     assert all(len(n.input) < 4 for n in out.graph.node if n.op_type == "Pad")
     with pytest.raises(lowerer.ConversionError, match=r"'pad'.*constant pads below Pad-11"):
         lowerer.convert(model, target_opset=10)
+
+
+def test_unsqueeze_and_squeeze_by_run_time_axes_from_11() -> None:
+    """Axes fed at run time: one branch per set of positions they may name (Squeeze: only dims that may be 1)."""
+    unsq = make_model([helper.make_node("Unsqueeze", ["x", "ax"], ["y"])],
+                      [value_info("x", F, [3, 4]), value_info("ax", I64, [2])],
+                      [value_info("y", F, ["a", "b", "c", "d"])], 13)
+    feeds = [{"x": floats(3, 4), "ax": np.array(a, np.int64)} for a in ([0, 1], [3, -2], [-4, 2], [1, 3])]
+    assert ops(convert_and_compare(unsq, 11, feeds)).count("If") == 1
+    sq = make_model([helper.make_node("Squeeze", ["x", "ax"], ["y"])],
+                    [value_info("x", F, [1, 3, 1]), value_info("ax", I64, [1])], [value_info("y", F, ["a", "b"])], 13)
+    feeds = [{"x": floats(1, 3, 1), "ax": np.array(a, np.int64)} for a in ([0], [2], [-1], [-3])]
+    convert_and_compare(sq, 11, feeds)
+    with pytest.raises(lowerer.ConversionError, match="picking the squeezed axes at run time needs If"):
+        lowerer.convert(sq, target_opset=10)

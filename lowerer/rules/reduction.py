@@ -13,17 +13,18 @@ the branches yield different shapes).
 from __future__ import annotations
 
 import itertools
+from collections.abc import Callable
 
 import numpy as np
 import onnx
 
 from lowerer.steps import generic
-from lowerer.steps.changes import AttrAdded, AttrToInput, Step
+from lowerer.steps.changes import AttrAdded, AttrToInput, Change, Step
 from lowerer.steps.emitter import Emitter
 from lowerer.steps.generic import attribute_value, remove_attribute, set_attribute
 from lowerer.steps.registry import DOWN, adapter
 
-__all__ = ["reduce_axes_input_down"]
+__all__ = ["by_run_time_axes", "reduce_axes_input_down", "squeeze_axes_input_down"]
 
 REDUCTIONS_18 = ("ReduceMax", "ReduceMean", "ReduceMin", "ReduceProd", "ReduceL1", "ReduceL2", "ReduceLogSum",
                  "ReduceLogSumExp", "ReduceSumSquare")
@@ -53,18 +54,29 @@ def reduce_axes_input_down(em: Emitter, step: Step, direction: str) -> None:
     generic.cross(em, step, direction, node, handled=(AttrAdded,))
 
 
-#: The most branches :func:`_by_run_time_axes` writes (one per set of axes the run-time axes may name).
+def _by_run_time_axes(em: Emitter, step: Step, direction: str, node: onnx.NodeProto, axes_name: str) -> None:
+    """Run-time axes of a static length L: one branch per set of at most L axes (:func:`by_run_time_axes`)."""
+
+    def sets(rank: int, length: int) -> tuple[int, list[tuple[int, ...]]]:
+        return rank, [s for size in range(1, min(length, rank) + 1) for s in itertools.combinations(range(rank), size)]
+
+    by_run_time_axes(em, step, direction, node, axes_name, sets, "reduced", (AttrAdded, AttrToInput))
+
+
+#: The most branches :func:`by_run_time_axes` writes (one per set of axes the run-time axes may name).
 MAX_AXIS_SETS = 31
 
 
-def _by_run_time_axes(em: Emitter, step: Step, direction: str, node: onnx.NodeProto, axes_name: str) -> None:
-    """Run-time axes of a static length L: one branch per set of at most L axes, picked at run time (If-11).
+def by_run_time_axes(em: Emitter, step: Step, direction: str, node: onnx.NodeProto, axes_name: str,
+                     sets_of: Callable[[int, int], tuple[int, list[tuple[int, ...]]]], what: str,
+                     handled: tuple[type[Change], ...]) -> None:
+    """Run-time ``axes`` (input 1) of a static length L: one branch per set they may name, picked at run time.
 
-    Each axis ``k`` is named when some entry equals ``k`` or ``k - rank``; the named set, as a number
-    (bit ``k`` for axis ``k``), picks the branch that reduces over exactly that set with the older
-    version's ``axes`` attribute: the branch taken is the reduction the node makes. Branches yield
-    different shapes, which If takes from version 11 only. ``noop_with_empty_axes`` does not matter:
-    L > 0 entries are never empty.
+    ``sets_of(rank, L)`` gives the number of axis positions (the input's rank; an Unsqueeze's output
+    rank) and the candidate sets. Position ``k`` is named when some entry equals ``k`` or ``k - width``;
+    the named set, as a number (bit ``k`` for position ``k``), picks the branch that is the node with
+    exactly that set as the older version's ``axes`` attribute: the branch taken is what the node does.
+    Branches yield different shapes, which If takes from version 11 only.
     """
     data = node.input[0]
     dims = em.dims(axes_name)
@@ -72,22 +84,22 @@ def _by_run_time_axes(em: Emitter, step: Step, direction: str, node: onnx.NodePr
     why = (f"{step.op} takes 'axes' as input 1 from version {step.version} and {step.op}-{step.previous} as an "
            f"attribute, and input {axes_name!r} is not a constant")
     if length is None or length == 0:
-        em.refuse(f"{why}; picking the reduced axes at run time needs their number static, and "
+        em.refuse(f"{why}; picking the {what} axes at run time needs their number static, and "
                   f"{axes_name!r} has {'no static length' if length is None else 'none'}")
     if em.target < 11:
-        em.refuse(f"{why}; picking the reduced axes at run time needs If branches of different shapes "
+        em.refuse(f"{why}; picking the {what} axes at run time needs If branches of different shapes "
                   "(from If-11); choose a target opset >= 11")
-    rank = em.require_rank(data, "to pick the reduced axes at run time")
-    sets = [s for size in range(1, min(length, rank) + 1) for s in itertools.combinations(range(rank), size)]
-    if len(sets) > MAX_AXIS_SETS:
-        em.refuse(f"{why}; picking the reduced axes at run time writes one branch per set of axes they may "
-                  f"name, {len(sets)} here, more than {MAX_AXIS_SETS}")
+    rank = em.require_rank(data, f"to pick the {what} axes at run time")
+    width, sets = sets_of(rank, int(length))
+    if not sets or len(sets) > MAX_AXIS_SETS:
+        em.refuse(f"{why}; picking the {what} axes at run time writes one branch per set of axes they may "
+                  f"name, {len(sets)} here (at most {MAX_AXIS_SETS})")
     elem = em.require_elem_type(data, "each branch states its output's type")
     i64 = np.int64
     code = ""
-    for k in range(rank):
+    for k in range(width):
         named = em.op("Or", [em.op("Equal", [axes_name, em.const(np.array([k], i64), "axis")]),
-                             em.op("Equal", [axes_name, em.const(np.array([k - rank], i64), "axis")])])
+                             em.op("Equal", [axes_name, em.const(np.array([k - width], i64), "axis")])])
         bit = em.op("ReduceMax", [em.op("Cast", [named], to=onnx.TensorProto.INT64)], axes=[0], keepdims=0)
         weighted = em.op("Mul", [bit, em.const(np.array(1 << k, i64), "weight")])
         code = weighted if not code else em.op("Add", [code, weighted])
@@ -95,12 +107,12 @@ def _by_run_time_axes(em: Emitter, step: Step, direction: str, node: onnx.NodePr
 
     def branch(axes: tuple[int, ...]) -> onnx.GraphProto:
         start = len(em.nodes)
-        reduced = generic.copy_of(node)
-        del reduced.input[1:]
-        set_attribute(reduced, "axes", list(axes))
+        made_node = generic.copy_of(node)
+        del made_node.input[1:]
+        set_attribute(made_node, "axes", list(axes))
         out = em.fresh(f"{node.output[0]}_axes{''.join(map(str, axes))}")
-        reduced.output[0] = out
-        generic.cross(em, step, direction, reduced, handled=(AttrAdded, AttrToInput))
+        made_node.output[0] = out
+        generic.cross(em, step, direction, made_node, handled=handled)
         made = em.nodes[start:]
         del em.nodes[start:]
         return onnx.helper.make_graph(made, em.fresh("axes"), [], [onnx.helper.make_tensor_value_info(out, elem, None)])
@@ -120,3 +132,30 @@ def _by_run_time_axes(em: Emitter, step: Step, direction: str, node: onnx.NodePr
             return
         inner = onnx.helper.make_graph([made], em.fresh("axes"), [],
                                        [onnx.helper.make_tensor_value_info(out, elem, None)])
+
+
+@adapter(("Unsqueeze", "Squeeze"), 13, DOWN)
+def squeeze_axes_input_down(em: Emitter, step: Step, direction: str) -> None:
+    """Run-time axes of a static length, from 11: one branch per set of positions they may name.
+
+    Unsqueeze: L distinct positions among the output's rank + L; Squeeze: L distinct axes of the input.
+    Constant or absent axes cross as usual (back to the attribute).
+    """
+    node = em.node
+    axes_name = node.input[1] if len(node.input) > 1 else ""
+    if not axes_name or em.constant(axes_name) is not None:
+        generic.cross(em, step, direction)
+        return
+    unsqueeze = node.op_type == "Unsqueeze"
+    dims = em.dims(node.input[0]) or []
+
+    def sets(rank: int, length: int) -> tuple[int, list[tuple[int, ...]]]:
+        width = rank + length if unsqueeze else rank
+        found = list(itertools.combinations(range(width), length)) if length <= width else []
+        # Squeeze: only dims that may be 1 (the others are an error in the original, and a branch squeezing one
+        # fails onnx's inference)
+        return width, found if unsqueeze else [s for s in found if all(k >= len(dims) or dims[k] in (1, None)
+                                                                          for k in s)]
+
+    by_run_time_axes(em, step, direction, node, axes_name, sets, "unsqueezed" if unsqueeze else "squeezed",
+                     (AttrToInput,))
