@@ -81,3 +81,14 @@ def test_bool_reductions(op: str, shape: list[int], axes: list[int], target: int
     fn = np.max if op == "ReduceMax" else np.min
     want = fn(x, axis=tuple(axes), keepdims=True, initial=(op == "ReduceMin"))
     assert got.dtype == np.bool_ and np.array_equal(got, want), (got, want)
+
+
+@pytest.mark.parametrize("inverse", [0, 1])
+def test_dft_with_a_run_time_axis_at_17(inverse: int) -> None:
+    """DFT-20's axis fed at run time: one DFT-17 per axis it may name, in nested Ifs (the same kernel runs)."""
+    model = make_model([helper.make_node("DFT", ["x", "", "axis"], ["y"], inverse=inverse)],
+                       [value_info("x", TensorProto.FLOAT, [2, 4, 3, 2]), value_info("axis", TensorProto.INT64, [])],
+                       [value_info("y", TensorProto.FLOAT, [2, 4, 3, 2])], 20)
+    x = np.random.default_rng(1).standard_normal([2, 4, 3, 2]).astype(np.float32)
+    out = _same(model, 17, [{"x": x, "axis": np.array(a, np.int64)} for a in (0, 1, 2, -2, -3, -4)])
+    assert [n.op_type for n in out.graph.node].count("If") == 1

@@ -29,6 +29,7 @@ from lowerer.rules import (  # noqa: F401  (imported to register their adapters)
     constant_of_shape,
     control_flow,
     cumsum,
+    dft,
     einsum,
     elementwise,
     expand_where,
