@@ -25,7 +25,7 @@ import signal
 import struct
 import sys
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from lowerer.errors import InputError
 
@@ -48,20 +48,75 @@ def _fork_available() -> bool:
 
 
 def _infer(serialized: bytes, lenient: bool = True) -> tuple[onnx.ModelProto | None, bool, str]:
-    """The model as onnx's strict inference (check_type, data_prop) types it; when it fails, the lenient one's."""
-    import onnx.shape_inference
+    """The model as onnx's strict inference (check_type, data_prop) types it; when it fails, the lenient one's.
+
+    Where the main graph has no subgraph, only what the facts read of the inferred model is kept
+    (its graph's inputs, outputs, initializers and value_info; see :func:`_typed_only`).
+    """
+    from onnx.onnx_cpp2py_export import shape_inference as c_inference
 
     try:
-        return onnx.shape_inference.infer_shapes(serialized, check_type=True, strict_mode=True,
-                                                 data_prop=True), True, ""
+        return _typed_only(c_inference.infer_shapes(serialized, True, True, True), serialized), True, ""
     except Exception as strict_error:
         why = " ".join(str(strict_error).split())
         if not lenient:
             return None, False, why
         try:
-            return onnx.shape_inference.infer_shapes(serialized, strict_mode=False, data_prop=True), False, why
+            return _typed_only(c_inference.infer_shapes(serialized, False, False, True), serialized), False, why
         except Exception:  # inference is best effort for the facts: rules refuse when still unknown
             return None, False, why
+
+
+#: An attribute of type GRAPH or GRAPHS (AttributeProto.type, field 20, as encoded).
+_GRAPH_ATTRIBUTE = (b"\xa0\x01\x05", b"\xa0\x01\x0a")
+
+
+def _typed_only(inferred: bytes, given: bytes) -> onnx.ModelProto:
+    """The inferred model's bytes parsed; without the nodes when the model has no subgraph.
+
+    :class:`lowerer.shapes.ShapeIndex` reads the inferred main graph's statements (inputs, outputs,
+    initializers, value_info), and its nodes only to find a subgraph: a model whose bytes hold no
+    graph attribute has none, and its nodes (most of the inferred model) are skipped, never built.
+    """
+    import onnx
+
+    model = onnx.ModelProto()
+    if any(marker in given for marker in _GRAPH_ATTRIBUTE):
+        model.ParseFromString(inferred)
+        return model
+    light = _statements_class()()
+    light.ParseFromString(inferred)
+    light.DiscardUnknownFields()
+    model.graph.ParseFromString(light.graph.SerializeToString())
+    return model
+
+
+_STATEMENTS: list[Any] = []
+
+
+def _statements_class() -> Any:
+    """A message with the model's graph's statements only (fields of onnx.ModelProto/GraphProto, same numbers)."""
+    if not _STATEMENTS:
+        import onnx
+        from google.protobuf import descriptor_pb2, message_factory
+
+        f = descriptor_pb2.FieldDescriptorProto
+        file = descriptor_pb2.FileDescriptorProto(name="lowerer/inferred_statements.proto",
+                                                  package="lowerer_statements", syntax="proto2")
+        file.dependency.append(onnx.ModelProto.DESCRIPTOR.file.name)
+        graph = file.message_type.add(name="Graph")
+        for name, number, kind in (("initializer", 5, ".onnx.TensorProto"), ("input", 11, ".onnx.ValueInfoProto"),
+                                   ("output", 12, ".onnx.ValueInfoProto"),
+                                   ("value_info", 13, ".onnx.ValueInfoProto")):
+            graph.field.add(name=name, number=number, label=f.LABEL_REPEATED, type=f.TYPE_MESSAGE, type_name=kind)
+        model = file.message_type.add(name="Model")
+        model.field.add(name="graph", number=7, label=f.LABEL_OPTIONAL, type=f.TYPE_MESSAGE,
+                        type_name=".lowerer_statements.Graph")
+        pool = onnx.ModelProto.DESCRIPTOR.file.pool
+        with contextlib.suppress(TypeError):  # added already (another import of this module)
+            pool.Add(file)
+        _STATEMENTS.append(message_factory.GetMessageClass(pool.FindMessageTypeByName("lowerer_statements.Model")))
+    return _STATEMENTS[0]
 
 
 def _checks(model: onnx.ModelProto, serialized: bytes, source: str, path: Path | None) -> str | None:
