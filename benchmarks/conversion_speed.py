@@ -9,8 +9,8 @@ For each model size it times whole processes, interleaved, several times (median
 
 The models are synthetic opset-11 graphs (see ``benchmarks/synthetic.py``), converted 11 → 13:
 the direction ``onnx.version_converter`` can do too. Peak RSS is each child's own (``wait4``), or,
-when larger, the sum over the child and the processes it starts, sampled every 20 ms (lowerer's
-worker for the input's checks counts like lowerer itself); this process imports nothing heavy
+when larger, the sum over the child and the processes it starts (proportional set sizes, sampled
+every 20 ms: lowerer's worker for the input's checks counts like lowerer itself); this process imports nothing heavy
 (models are generated and checked in subprocesses), so a child's figure is not inflated by what it
 inherits at fork.
 Each variant's peak RSS is also given as a ratio to the floor's. A one-node model is always
@@ -71,17 +71,21 @@ class Variant:
 
 
 def _tree_rss(pid: int) -> int:
-    """The resident bytes of ``pid`` and its descendants together (Linux ``/proc``; 0 elsewhere)."""
+    """The memory of ``pid`` and its descendants together (Linux ``/proc``; 0 elsewhere).
+
+    Each process's proportional share (``Pss``): pages a forked worker still shares with its parent
+    count once, not once per process.
+    """
     total = 0
     todo = [pid]
     while todo:
         p = todo.pop()
         try:
-            with open(f"/proc/{p}/statm") as f:
-                total += int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+            with open(f"/proc/{p}/smaps_rollup") as f:
+                total += next(int(line.split()[1]) for line in f if line.startswith("Pss:")) << 10
             with open(f"/proc/{p}/task/{p}/children") as f:
                 todo.extend(int(c) for c in f.read().split())
-        except (OSError, ValueError):
+        except (OSError, ValueError, StopIteration):
             continue
     return total
 
@@ -91,7 +95,7 @@ def run_child(argv: list[str], env: dict[str, str]) -> tuple[float, float, int, 
 
     The peak is the larger of the child's own (``wait4``, which is the largest of it and each process
     it waited for) and the sum over the child and its descendants sampled every 20 ms (a worker
-    lowerer forks counts like the parent: their memory adds up).
+    lowerer forks counts like the parent: their memory adds up, shared pages once).
     """
     import threading
 
