@@ -39,9 +39,14 @@ def into_domain(node: onnx.NodeProto, feeds: dict[str, np.ndarray]) -> None:
     Indices of Gather/GatherElements/ScatterElements are folded into ``[-dim, dim)`` of their axis (each
     last-axis column of GatherND/ScatterND indices into its data dim's), an integer divisor
     of Mod/Div that is 0 (or -1 under the type's minimum, which overflows) becomes 1, and a shape for
-    ConstantOfShape becomes small and non-negative. The values stay seeded and tie-heavy otherwise.
+    ConstantOfShape becomes small and non-negative. Run-time axes (Reduce* axes, CumSum's axis) become
+    distinct axes of the data (negative where the generated value was), Split's run-time sizes a
+    partition of the split dim, and Pad's run-time pads small and non-negative. The values stay seeded
+    and tie-heavy otherwise.
     """
     op, ins = node.op_type, list(node.input)
+    if _run_time_parameters(op, ins, node, feeds):
+        return
     if op in ("GatherND", "ScatterND") and len(ins) > 1 and ins[0] in feeds and ins[1] in feeds:
         data, idx = feeds[ins[0]], feeds[ins[1]]
         batch = _attr_int(node, "batch_dims", 0) if op == "GatherND" else 0
@@ -66,3 +71,41 @@ def into_domain(node: onnx.NodeProto, feeds: dict[str, np.ndarray]) -> None:
         feeds[ins[1]] = b
     elif op == "ConstantOfShape" and ins and ins[0] in feeds:
         feeds[ins[0]] = np.mod(np.abs(feeds[ins[0]]), 5).astype(feeds[ins[0]].dtype)
+
+
+def _axes_in_range(axes: np.ndarray, rank: int) -> np.ndarray:
+    """``axes`` folded into distinct axes of ``[-rank, rank)`` (a generated value's sign kept)."""
+    flat = axes.astype(np.int64).reshape(-1)
+    if rank == 0 or flat.size > rank:
+        return axes
+    taken: list[int] = []
+    out = []
+    for value in flat:
+        axis = int(np.mod(value, rank))
+        while axis in taken:
+            axis = (axis + 1) % rank
+        taken.append(axis)
+        out.append(axis - rank if value < 0 else axis)
+    return np.array(out, np.int64).reshape(axes.shape).astype(axes.dtype)
+
+
+def _run_time_parameters(op: str, ins: list[str], node: onnx.NodeProto, feeds: dict[str, np.ndarray]) -> bool:
+    """Fold the run-time parameters of ops whose lowerings take them from a graph input; True when done."""
+    if len(ins) < 2 or ins[0] not in feeds or ins[1] not in feeds or feeds[ins[1]].dtype.kind not in "iu":
+        return False
+    data, value = feeds[ins[0]], feeds[ins[1]]
+    if op.startswith("Reduce") or op == "CumSum" or op == "CumProd":
+        feeds[ins[1]] = _axes_in_range(value, data.ndim)
+        return True
+    if op == "Split" and value.ndim == 1 and value.size > 0:
+        axis = _attr_int(node, "axis", 0)
+        axis = axis + data.ndim if axis < 0 else axis
+        if 0 <= axis < data.ndim:
+            dim, parts = data.shape[axis], value.size
+            sizes = [dim // parts + (1 if i < dim % parts else 0) for i in range(parts)]
+            feeds[ins[1]] = np.array(sizes, value.dtype)
+        return True
+    if op == "Pad":
+        feeds[ins[1]] = np.mod(np.abs(value.astype(np.int64)), 3).astype(value.dtype)
+        return True
+    return False
