@@ -25,6 +25,9 @@ __all__ = ["Facts"]
 
 logger = logging.getLogger(__name__)
 
+#: The model's constants up to this many elements are given to per-node inference as values.
+_VALUED_MAX = 1 << 12
+
 
 class Facts:
     """Types, dims and constant values of values as seen from ``scope``, including new ones."""
@@ -227,7 +230,11 @@ class Facts:
             inputs[i] = onnx.helper.make_tensor_type_proto(vt[0], None if vt[1] is None else list(vt[1]))
         data = {}
         for i in node.input:
+            # The conversion's own constants, and the model's small ones (a Reshape to an outer shape).
             v = self._values.get(i) if i else None
+            if v is None and i and not self.is_new(i):
+                v = self.value(i)
+                v = v if v is not None and v.size <= _VALUED_MAX else None
             if v is not None and v.dtype != object:
                 data[i] = onnx.numpy_helper.from_array(v, i)
         version = since_version(node.op_type, opset, node.domain)
