@@ -92,3 +92,20 @@ def test_dft_with_a_run_time_axis_at_17(inverse: int) -> None:
     x = np.random.default_rng(1).standard_normal([2, 4, 3, 2]).astype(np.float32)
     out = _same(model, 17, [{"x": x, "axis": np.array(a, np.int64)} for a in (0, 1, 2, -2, -3, -4)])
     assert [n.op_type for n in out.graph.node].count("If") == 1
+
+
+@pytest.mark.parametrize("op", ["Max", "Min", "Sum", "Mean"])
+def test_broadcast_constants_below_8(op: str) -> None:
+    """Max-6/Min-6/Sum-6/Mean-6 take one shape: a constant input of another shape is written out at the output's."""
+    half = numpy_helper.from_array(np.array(0.5, np.float32), "half")
+    row = numpy_helper.from_array(np.array([[-1.0, 0.0, 2.0]], np.float32), "row")
+    model = make_model([helper.make_node(op, ["x", "half", "row"], ["y"])],
+                       [value_info("x", TensorProto.FLOAT, [2, 3])], [value_info("y", TensorProto.FLOAT, [2, 3])], 13,
+                       initializers=[half, row])
+    x = np.array([[np.nan, -np.inf, 0.25], [3.0, -0.0, 0.5]], np.float32)
+    _same(model, 7, [{"x": x}])
+    dynamic = make_model([helper.make_node(op, ["x", "half"], ["y"], name="v")],
+                         [value_info("x", TensorProto.FLOAT, ["n"])], [value_info("y", TensorProto.FLOAT, ["n"])], 13,
+                         initializers=[half])
+    with pytest.raises(ConversionError, match=r"'v'.*same static shape"):
+        lowerer.convert(dynamic, target_opset=7)

@@ -6,6 +6,8 @@
   that they fold into Clip-6's attributes further down); the result cast back.
 * ``ReduceMax``/``ReduceMin`` 20 → 18 on bool: in float (0 and 1), then ``> 0.5``: a reduction over
   nothing gives float's lowest (highest) value, which reads as false (true), bool's identity too.
+* ``Max``/``Min``/``Sum``/``Mean`` 8 → 6 (one shape for all inputs): constant inputs of another shape
+  written out at the output's static shape.
 """
 
 from __future__ import annotations
@@ -18,7 +20,7 @@ from lowerer.steps.changes import Step
 from lowerer.steps.emitter import Emitter
 from lowerer.steps.registry import DOWN, adapter
 
-__all__ = ["clip_12_11", "is_inf_20_10", "max_pool_12_11", "reduce_bool_20_18"]
+__all__ = ["clip_12_11", "is_inf_20_10", "max_pool_12_11", "reduce_bool_20_18", "variadic_broadcast_8_6"]
 
 _FLOAT = onnx.TensorProto.FLOAT
 #: (u)int8/16: each is a float exactly.
@@ -101,3 +103,40 @@ def reduce_bool_20_18(em: Emitter, step: Step, direction: str) -> None:
     em.nodes.append(reduced)
     em.facts.add_node(reduced, em.opset)
     em.op("Greater", [reduced.output[0], em.const(np.array(0.5, np.float32), "half")], list(node.output))
+
+
+#: The largest constant a broadcast of a constant input makes (elements).
+_MAX_BROADCAST = 1 << 16
+
+
+@adapter(("Max", "Min", "Sum", "Mean"), 8, DOWN)
+def variadic_broadcast_8_6(em: Emitter, step: Step, direction: str) -> None:
+    """Numpy broadcasting (new at 8) of constant inputs: each made a constant of the output's static shape.
+
+    Max-6/Min-6/Sum-6/Mean-6 take inputs of one shape. Where every input's dims are static, the inputs
+    that are not of the broadcast shape are constants (an expanded body's ``CastLike(0.5, x)``) and the
+    result is small, each is written out at that shape (the same values, repeated): exact. Otherwise
+    the generic crossing decides (and refuses).
+    """
+    node = em.node
+    names = [n for n in node.input if n]
+    shapes = [em.dims(n) for n in names]
+    if any(s is None or None in s for s in shapes):
+        generic.cross(em, step, direction)
+        return
+    try:
+        out = tuple(int(d) for d in np.broadcast_shapes(*(tuple(int(d or 0) for d in s or []) for s in shapes)))
+    except ValueError:
+        generic.cross(em, step, direction)
+        return
+    values = [em.constant(n) if list(s or []) != list(out) else None for n, s in zip(names, shapes, strict=True)]
+    odd = [n for n, s in zip(names, shapes, strict=True) if list(s or []) != list(out)]
+    if not odd or any(em.constant(n) is None for n in odd) or int(np.prod(out)) > _MAX_BROADCAST:
+        generic.cross(em, step, direction)
+        return
+    made = generic.copy_of(node)
+    for k, name in enumerate(made.input):
+        value = values[names.index(name)] if name in names else None
+        if name and value is not None:
+            made.input[k] = em.const(np.ascontiguousarray(np.broadcast_to(value, out)), "full")
+    generic.cross(em, step, direction, made)
