@@ -109,3 +109,25 @@ def test_broadcast_constants_below_8(op: str) -> None:
                          initializers=[half])
     with pytest.raises(ConversionError, match=r"'v'.*same static shape"):
         lowerer.convert(dynamic, target_opset=7)
+
+
+@pytest.mark.parametrize("direction", ["LEFT", "RIGHT"])
+@pytest.mark.parametrize(("elem", "dtype"), [(TensorProto.INT8, np.int8), (TensorProto.INT16, np.int16),
+                                             (TensorProto.INT32, np.int32), (TensorProto.INT64, np.int64)])
+@pytest.mark.parametrize("target", [21, 11])
+def test_signed_bit_shift_below_28(direction: str, elem: int, dtype: type, target: int) -> None:
+    """Every int8 against every shift from -3 to width + 2 (extremes and random values for the wider types)."""
+    info = np.iinfo(dtype)
+    width = info.bits
+    if dtype is np.int8:
+        xs = np.repeat(np.arange(-128, 128, dtype=np.int64), width + 6).astype(dtype)
+        ys = np.tile(np.arange(-3, width + 3, dtype=np.int64), 256).astype(dtype)
+    else:
+        base = np.concatenate([np.array([info.min, info.max, -1, 0, 1, info.min + 1, info.max - 1], dtype),
+                               np.random.default_rng(5).integers(info.min, info.max, 40, dtype=dtype)])
+        xs = np.repeat(base, width + 6)
+        ys = np.tile(np.arange(-3, width + 3, dtype=np.int64), len(base)).astype(dtype)
+    model = make_model([helper.make_node("BitShift", ["x", "y"], ["z"], direction=direction)],
+                       [value_info("x", elem, [len(xs)]), value_info("y", elem, [len(xs)])],
+                       [value_info("z", elem, [len(xs)])], 28)
+    _same(model, target, [{"x": xs, "y": ys}])

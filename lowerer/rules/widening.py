@@ -8,6 +8,7 @@
   nothing gives float's lowest (highest) value, which reads as false (true), bool's identity too.
 * ``Max``/``Min``/``Sum``/``Mean`` 8 → 6 (one shape for all inputs): constant inputs of another shape
   written out at the output's static shape.
+* ``BitShift`` 28 → 11 on signed integers: through BitShift-11 on uint64 (:func:`bit_shift_28_11`).
 """
 
 from __future__ import annotations
@@ -20,7 +21,8 @@ from lowerer.steps.changes import Step
 from lowerer.steps.emitter import Emitter
 from lowerer.steps.registry import DOWN, adapter
 
-__all__ = ["clip_12_11", "is_inf_20_10", "max_pool_12_11", "reduce_bool_20_18", "variadic_broadcast_8_6"]
+__all__ = ["bit_shift_28_11", "clip_12_11", "is_inf_20_10", "max_pool_12_11", "reduce_bool_20_18",
+           "variadic_broadcast_8_6"]
 
 _FLOAT = onnx.TensorProto.FLOAT
 #: (u)int8/16: each is a float exactly.
@@ -140,3 +142,52 @@ def variadic_broadcast_8_6(em: Emitter, step: Step, direction: str) -> None:
         if name and value is not None:
             made.input[k] = em.const(np.ascontiguousarray(np.broadcast_to(value, out)), "full")
     generic.cross(em, step, direction, made)
+
+
+_SIGNED_WIDTHS = {3: 8, 5: 16, 6: 32, 7: 64}  # int8/16/32/64 → bits
+
+
+@adapter("BitShift", 28, DOWN)
+def bit_shift_28_11(em: Emitter, step: Step, direction: str) -> None:
+    """BitShift on signed integers (new at 28) through BitShift-11 on uint64.
+
+    ``x`` is taken as uint64 (its two's-complement bits, sign-extended), the shift ``s`` is valid when
+    ``0 <= s < w`` (``w`` the width of the type). Left: ``u << s``; its low ``w`` bits are the result,
+    the bits pushed past the sign discarded. Right, arithmetic: ``u >> s`` for ``x >= 0``, and
+    ``~(~u >> s)`` for ``x < 0`` (``~v`` written ``2**64 - 1 - v``), which fills the vacated bits with
+    ones. An invalid shift gives what the sign extension alone does: 0, or -1 for a right shift of a
+    negative ``x``. The selection is arithmetic in uint64 (wrapping, exact); the result is cast back to
+    the type (its low ``w`` bits, as onnxruntime's integer Cast keeps them).
+    """
+    node = em.node
+    elem = em.elem_type(node.input[0])
+    if elem not in _SIGNED_WIDTHS:
+        generic.cross(em, step, direction)
+        return
+    width = _SIGNED_WIDTHS[elem]
+    u64, i64 = onnx.TensorProto.UINT64, onnx.TensorProto.INT64
+    spelled = generic.attribute_value(node, "direction")
+    right = (spelled.decode() if isinstance(spelled, bytes) else str(spelled)).upper() == "RIGHT"
+    x, y = node.input
+    x_wide, y_wide = em.op("Cast", [x], to=i64), em.op("Cast", [y], to=i64)
+    u = em.op("Cast", [x_wide], to=u64)
+    valid = em.op("And", [em.op("Not", [em.op("Less", [y_wide, em.const(np.array(0, np.int64), "zero")])]),
+                          em.op("Less", [y_wide, em.const(np.array(width, np.int64), "width")])])
+    valid_u = em.op("Cast", [valid], to=u64)
+    shift = em.op("Mul", [em.op("Cast", [y_wide], to=u64), valid_u])  # an invalid shift read as 0, then dropped
+    ones = em.const(np.array(np.iinfo(np.uint64).max, np.uint64), "ones")
+    if not right:
+        picked = em.op("BitShift", [u, shift], direction="LEFT")
+        fallback = ""
+    else:
+        negative_u = em.op("Cast", [em.op("Less", [x_wide, em.const(np.array(0, np.int64), "zero")])], to=u64)
+        logical = em.op("BitShift", [u, shift], direction="RIGHT")
+        filled = em.op("Sub", [ones, em.op("BitShift", [em.op("Sub", [ones, u]), shift], direction="RIGHT")])
+        # logical + negative * (filled - logical), in wrapping uint64 arithmetic
+        picked = em.op("Add", [logical, em.op("Mul", [negative_u, em.op("Sub", [filled, logical])])])
+        fallback = em.op("Mul", [negative_u, ones])  # -1 for a negative x, else 0
+    result = em.op("Mul", [picked, valid_u])
+    if fallback:
+        one = em.const(np.array(1, np.uint64), "one")
+        result = em.op("Add", [result, em.op("Mul", [fallback, em.op("Sub", [one, valid_u])])])
+    em.op("Cast", [result], list(node.output), to=elem)
