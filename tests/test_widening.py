@@ -131,3 +131,18 @@ def test_signed_bit_shift_below_28(direction: str, elem: int, dtype: type, targe
                        [value_info("x", elem, [len(xs)]), value_info("y", elem, [len(xs)])],
                        [value_info("z", elem, [len(xs)])], 28)
     _same(model, target, [{"x": xs, "y": ys}])
+
+
+@pytest.mark.parametrize("target", [17, 11])
+def test_qlinear_matmul_with_float16_scales(target: int) -> None:
+    """Float16 scales (new at 21) cast to float: onnxruntime's kernel requantizes in float either way."""
+    rng = np.random.default_rng(7)
+    inits = [numpy_helper.from_array(np.array(v, np.float16), n)
+             for n, v in (("sa", 0.0213), ("sb", 0.00391), ("sy", 0.0517))]
+    inits += [numpy_helper.from_array(np.array(z, np.uint8), n) for n, z in (("za", 113), ("zb", 114), ("zy", 118))]
+    model = make_model([helper.make_node("QLinearMatMul", ["a", "sa", "za", "b", "sb", "zb", "sy", "zy"], ["y"])],
+                       [value_info("a", TensorProto.UINT8, [4, 8]), value_info("b", TensorProto.UINT8, [8, 3])],
+                       [value_info("y", TensorProto.UINT8, [4, 3])], 21, initializers=inits)
+    feeds = [{"a": rng.integers(0, 256, (4, 8)).astype(np.uint8), "b": rng.integers(0, 256, (8, 3)).astype(np.uint8)}
+             for _ in range(20)]
+    _same(model, target, feeds)

@@ -9,6 +9,7 @@
 * ``Max``/``Min``/``Sum``/``Mean`` 8 → 6 (one shape for all inputs): constant inputs of another shape
   written out at the output's static shape.
 * ``BitShift`` 28 → 11 on signed integers: through BitShift-11 on uint64 (:func:`bit_shift_28_11`).
+* ``QLinearMatMul`` 21 → 10 with float16 scales: the scales in float (each float16 is one).
 """
 
 from __future__ import annotations
@@ -21,8 +22,8 @@ from lowerer.steps.changes import Step
 from lowerer.steps.emitter import Emitter
 from lowerer.steps.registry import DOWN, adapter
 
-__all__ = ["bit_shift_28_11", "clip_12_11", "is_inf_20_10", "max_pool_12_11", "reduce_bool_20_18",
-           "variadic_broadcast_8_6"]
+__all__ = ["bit_shift_28_11", "clip_12_11", "is_inf_20_10", "max_pool_12_11", "qlinear_matmul_21_10",
+           "reduce_bool_20_18", "variadic_broadcast_8_6"]
 
 _FLOAT = onnx.TensorProto.FLOAT
 #: (u)int8/16: each is a float exactly.
@@ -191,3 +192,20 @@ def bit_shift_28_11(em: Emitter, step: Step, direction: str) -> None:
         one = em.const(np.array(1, np.uint64), "one")
         result = em.op("Add", [result, em.op("Mul", [fallback, em.op("Sub", [one, valid_u])])])
     em.op("Cast", [result], list(node.output), to=elem)
+
+
+@adapter("QLinearMatMul", 21, DOWN)
+def qlinear_matmul_21_10(em: Emitter, step: Step, direction: str) -> None:
+    """QLinearMatMul with float16 scales (new at 21): the scales cast to float, which holds every float16."""
+    node = em.node
+    scales = (1, 4, 6)
+    if not any(k < len(node.input) and em.elem_type(node.input[k]) == onnx.TensorProto.FLOAT16 for k in scales):
+        generic.cross(em, step, direction)
+        return
+    made = generic.copy_of(node)
+    for k in scales:
+        if k < len(made.input) and made.input[k] and em.elem_type(made.input[k]) == onnx.TensorProto.FLOAT16:
+            value = em.constant(made.input[k])
+            made.input[k] = em.const(value.astype(np.float32), "scale") if value is not None else \
+                em.op("Cast", [made.input[k]], to=_FLOAT)
+    generic.cross(em, step, direction, made)
