@@ -77,10 +77,8 @@ def scan_8_9(em: Emitter, step: Step, direction: str) -> None:
     _wrapped_scan(em, inputs, "Squeeze", "Unsqueeze", scan_input_directions=directions)
 
 
-@adapter("Scan", 9, DOWN)
-def scan_9_8(em: Emitter, step: Step, direction: str) -> None:
-    """Scan-9 scanning axis 0 with forward outputs → Unsqueeze, Scan-8 (batch of 1), Squeeze."""
-    node = em.node
+def _scan_8_conditions(em: Emitter, node: onnx.NodeProto) -> None:
+    """Refuse what Scan-8 cannot express: other scan axes than 0, reversed scan outputs."""
     for name in ("scan_input_axes", "scan_output_axes"):
         axes = _ints(attribute_value(node, name))
         if axes and any(a != 0 for a in axes):
@@ -88,6 +86,13 @@ def scan_9_8(em: Emitter, step: Step, direction: str) -> None:
     reversed_outputs = _ints(attribute_value(node, "scan_output_directions"))
     if reversed_outputs and any(reversed_outputs):
         em.refuse(f"scan_output_directions={reversed_outputs}; Scan-8 appends every scan output forward")
+
+
+@adapter("Scan", 9, DOWN)
+def scan_9_8(em: Emitter, step: Step, direction: str) -> None:
+    """Scan-9 scanning axis 0 with forward outputs → Unsqueeze, Scan-8 (batch of 1), Squeeze."""
+    node = em.node
+    _scan_8_conditions(em, node)
     directions = _ints(attribute_value(node, "scan_input_directions"))
     _wrapped_scan(em, list(node.input), "Unsqueeze", "Squeeze", directions=directions)
 
@@ -101,6 +106,9 @@ def scan_as_loop(em: Emitter) -> None:
     same at the Scan's version as at the model's opset), never the converted one.
     """
     node = em.node
+    if em.target >= 8:  # only where there is no Scan; a Scan-8 step that refuses says why
+        _scan_8_conditions(em, node)
+        em.refuse("below Scan-8 a Scan becomes a Loop, and the target has Scan-8")
     given = em.facts.given_subgraph(node, "body")
     if given is None:
         em.refuse("below Scan-8 it becomes a Loop, which needs its body as the model gave it, and this Scan is "
