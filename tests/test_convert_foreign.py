@@ -112,12 +112,16 @@ def test_softmax13_axis1_down_to_11_is_exact_where_onnx_is_not() -> None:
     assert not np.allclose(ort_run(theirs, [{"x": x}])[0][0], ort_run(model, [{"x": x}])[0][0])
 
 
-def test_int8_add_14_down_is_refused_not_relabelled() -> None:
+def test_int8_add_14_down_is_widened_not_relabelled() -> None:
+    """Add-13 takes no int8: the sum is computed in int64 and cast back (onnxruntime's wrap-around kept)."""
     node = helper.make_node("Add", ["a", "b"], ["c"])
     i8 = TensorProto.INT8
-    model = make_model([node], [value_info("a", i8, [2]), value_info("b", i8, [2])], [value_info("c", i8, [2])], 14)
-    with pytest.raises(lowerer.ConversionError, match=r"Add-14.*opset 13"):
-        lowerer.convert(model, target_opset=13, verify=False)
+    model = make_model([node], [value_info("a", i8, [4]), value_info("b", i8, [4])], [value_info("c", i8, [4])], 14)
+    converted = lowerer.convert(model, target_opset=13).model
+    check_model_full(converted)
+    assert [n.op_type for n in converted.graph.node] != ["Add"]
+    feeds = {"a": np.array([127, -128, 5, -1], np.int8), "b": np.array([1, -1, -3, 1], np.int8)}
+    assert np.array_equal(ort_run(converted, [feeds])[0][0], ort_run(model, [feeds])[0][0])
 
 
 def test_rank_from_shape_inference() -> None:
