@@ -503,6 +503,10 @@ def _allowed_refusal(case: Case, message: str) -> str | None:
          r"ops with subgraphs", op in ("Scan", "If", "Loop")),
         # below Scan-8 a Scan becomes a Loop that needs its body as the model gave it: a Scan nested in a
         # Scan's body is inside a made Loop by then
+        # below Scan-8 the Loop reads the Scan's body at the Scan's version: an owned op there whose meaning
+        # changed between that version and the model's opset is refused
+        ("scan-body-versions-below-8", r"below Scan-8 it becomes a Loop whose body is read at Scan-\d+'s opset",
+         "scan" in case.levels and target < 8),
         ("scan-nested-below-8", r"it is rewritten \(Scan-\d+ → ops that exist below it\) into a Scan that cannot be "
          r"taken there", op == "Scan" and target < 8 and case.levels.count("scan") > 1),
         # onnx's converter has no down-adapter for many ops (e.g. Identity-13 -> 12): a clear refusal

@@ -419,7 +419,11 @@ class StepEngine:
             if resolution.fallback is not None and node.name == conversion.first_name:
                 why = f"the step {step.describe()} has no exact crossing ({refused})"
                 if resolution.fallback.kind == "lowering":
-                    return self._lower(resolution.fallback, node, scope, sv, target, facts, conversion, why, depth)
+                    try:
+                        return self._lower(resolution.fallback, node, scope, sv, target, facts, conversion, why,
+                                           depth)
+                    except ConversionError:  # the last try failed too: the step's own reason is the one to give
+                        raise refused from None
                 return self._expand(node, scope, sv, target, facts, conversion, why, depth)
             raise
         conversion.constants.extend(em.constants)
