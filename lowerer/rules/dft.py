@@ -10,6 +10,7 @@ from __future__ import annotations
 import numpy as np
 import onnx
 
+from lowerer.rules.reduction import if_chain
 from lowerer.steps import generic
 from lowerer.steps.changes import AttrToInput, Step
 from lowerer.steps.emitter import Emitter
@@ -53,18 +54,4 @@ def dft_20_17(em: Emitter, step: Step, direction: str) -> None:
     conds = [em.op("Or", [em.op("Equal", [axis, em.const(np.array([k], dtype), "axis")]),
                           em.op("Equal", [axis, em.const(np.array([k - rank], dtype), "axis")])])
              for k in candidates[:-1]]
-    inner = branch(candidates[-1])
-    if len(candidates) == 1:
-        em.nodes.extend(inner.node)
-        em.op("Identity", [inner.output[0].name], [node.output[0]])
-        return
-    for j in range(len(candidates) - 2, -1, -1):
-        out = node.output[0] if j == 0 else em.fresh(f"{node.output[0]}_from{j}")
-        made_if = onnx.helper.make_node("If", [conds[j]], [out], name=em.fresh(f"{node.name or 'DFT'}/If"),
-                                        then_branch=branch(candidates[j]), else_branch=inner)
-        if j == 0:
-            em.nodes.append(made_if)
-            em.facts.add_node(made_if, em.opset)
-            return
-        inner = onnx.helper.make_graph([made_if], em.fresh("axes"), [],
-                                       [onnx.helper.make_tensor_value_info(out, elem, None)])
+    if_chain(em, node, conds, candidates, branch, elem)

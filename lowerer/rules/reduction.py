@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import itertools
 from collections.abc import Callable
+from typing import Any
 
 import numpy as np
 import onnx
@@ -24,7 +25,7 @@ from lowerer.steps.emitter import Emitter
 from lowerer.steps.generic import attribute_value, remove_attribute, set_attribute
 from lowerer.steps.registry import DOWN, adapter
 
-__all__ = ["by_run_time_axes", "reduce_axes_input_down", "squeeze_axes_input_down"]
+__all__ = ["by_run_time_axes", "if_chain", "reduce_axes_input_down", "squeeze_axes_input_down"]
 
 REDUCTIONS_18 = ("ReduceMax", "ReduceMean", "ReduceMin", "ReduceProd", "ReduceL1", "ReduceL2", "ReduceLogSum",
                  "ReduceLogSumExp", "ReduceSumSquare")
@@ -117,21 +118,7 @@ def by_run_time_axes(em: Emitter, step: Step, direction: str, node: onnx.NodePro
         del em.nodes[start:]
         return onnx.helper.make_graph(made, em.fresh("axes"), [], [onnx.helper.make_tensor_value_info(out, elem, None)])
 
-    inner = branch(sets[-1])
-    if len(sets) == 1:
-        em.nodes.extend(inner.node)
-        em.op("Identity", [inner.output[0].name], [node.output[0]])
-        return
-    for j in range(len(sets) - 2, -1, -1):
-        out = node.output[0] if j == 0 else em.fresh(f"{node.output[0]}_from{j}")
-        made = onnx.helper.make_node("If", [conds[j]], [out], name=em.fresh(f"{node.name or node.op_type}/If"),
-                                     then_branch=branch(sets[j]), else_branch=inner)
-        if j == 0:
-            em.nodes.append(made)
-            em.facts.add_node(made, em.opset)
-            return
-        inner = onnx.helper.make_graph([made], em.fresh("axes"), [],
-                                       [onnx.helper.make_tensor_value_info(out, elem, None)])
+    if_chain(em, node, conds, sets, branch, elem)
 
 
 @adapter(("Unsqueeze", "Squeeze"), 13, DOWN)
@@ -159,3 +146,28 @@ def squeeze_axes_input_down(em: Emitter, step: Step, direction: str) -> None:
 
     by_run_time_axes(em, step, direction, node, axes_name, sets, "unsqueezed" if unsqueeze else "squeezed",
                      (AttrToInput,))
+
+
+def if_chain(em: Emitter, node: onnx.NodeProto, conds: list[str], choices: list[Any],
+             branch: Callable[[Any], onnx.GraphProto], elem: int) -> None:
+    """``node``'s output as ``branch(choices[j])`` for the first ``conds[j]`` that holds, else the last choice.
+
+    Nested Ifs, the last choice innermost (one If per choice but the last); a single choice is
+    inlined. ``branch`` is called for the last choice first, then from the second-to-last back to
+    the first (it may emit into ``em`` and take its nodes back).
+    """
+    inner = branch(choices[-1])
+    if len(choices) == 1:
+        em.nodes.extend(inner.node)
+        em.op("Identity", [inner.output[0].name], [node.output[0]])
+        return
+    for j in range(len(choices) - 2, -1, -1):
+        out = node.output[0] if j == 0 else em.fresh(f"{node.output[0]}_from{j}")
+        made = onnx.helper.make_node("If", [conds[j]], [out], name=em.fresh(f"{node.name or node.op_type}/If"),
+                                     then_branch=branch(choices[j]), else_branch=inner)
+        if j == 0:
+            em.nodes.append(made)
+            em.facts.add_node(made, em.opset)
+            return
+        inner = onnx.helper.make_graph([made], em.fresh("axes"), [],
+                                       [onnx.helper.make_tensor_value_info(out, elem, None)])
