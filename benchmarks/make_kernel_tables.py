@@ -99,6 +99,13 @@ _CONSTRAINT = re.compile(r"^\*\*([A-Za-z0-9_]+)\*\* = (.+)$")
 _RANGE = re.compile(r"^(?:(\d+)\+|(\d+)|\[(\d+), (\d+)\])$")
 
 
+
+def _write_table(out_dir: Path, minor: str, data: dict[str, Any]) -> Path:
+    """Write one release's table, compact JSON; its path."""
+    path = out_dir / f"onnxruntime-{minor}.json"
+    path.write_text(json.dumps(data, separators=(",", ":"), sort_keys=False) + "\n", encoding="utf-8")
+    return path
+
 def git_dir(mirrors: Path, mirror: str) -> Path:
     base = mirrors / mirror / "repo"
     return base / ".git" if (base / ".git").is_dir() else base
@@ -243,9 +250,7 @@ def build(mirrors: Path, out_dir: Path) -> list[Path]:
             "type_lists": lists,
             "providers": shared,
         }
-        path = out_dir / f"onnxruntime-{minor}.json"
-        path.write_text(json.dumps(data, separators=(",", ":"), sort_keys=False) + "\n", encoding="utf-8")
-        written.append(path)
+        written.append(_write_table(out_dir, minor, data))
     return written
 
 
@@ -407,9 +412,7 @@ def build_from_wheel(versions: list[str], cache: Path, out_dir: Path) -> list[Pa
             "type_lists": lists,
             "providers": shared,
         }
-        path = out_dir / f"onnxruntime-{minor}.json"
-        path.write_text(json.dumps(data, separators=(",", ":"), sort_keys=False) + "\n", encoding="utf-8")
-        written.append(path)
+        written.append(_write_table(out_dir, minor, data))
     return written
 
 
