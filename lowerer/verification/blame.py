@@ -25,9 +25,10 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from lowerer.verification.result import CheckResult
+
 if TYPE_CHECKING:
     from lowerer.report import Rewrite
-    from lowerer.verification.check import CheckResult
 
 __all__ = ["BY_SPEC", "kernel_departs_from_spec", "provider_departs", "worst_gap"]
 
@@ -69,8 +70,6 @@ def _warn_once(key: str, text: str) -> None:
 
 def provider_departs(rewrite: Rewrite, failed: CheckResult, on_cpu: CheckResult, provider: str) -> CheckResult:
     """The CPU verified what failed on ``provider``: the rewrite stands; name the kernel that departs."""
-    from lowerer.verification.check import CheckResult
-
     short = provider.replace("ExecutionProvider", "")
     original = f"{rewrite.op_type}-{rewrite.from_version}"
     replacement = " + ".join(rewrite.emitted) + f" (opset {rewrite.to_opset})"
@@ -93,8 +92,6 @@ def provider_departs(rewrite: Rewrite, failed: CheckResult, on_cpu: CheckResult,
 
 def kernel_departs_from_spec(rewrite: Rewrite, failed: CheckResult, by_spec: CheckResult) -> CheckResult:
     """The spec (numpy reference) agrees with the replacement where onnxruntime's original did not."""
-    from lowerer.verification.check import CheckResult
-
     original = f"{rewrite.op_type}-{rewrite.from_version}"
     on = failed.provider or "CPUExecutionProvider"
     said = (f"onnxruntime's {on} kernel of {original} departs from the ONNX spec here "

@@ -10,7 +10,6 @@ import time
 import zlib
 from collections import Counter
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
 from typing import Any
 
 import ml_dtypes
@@ -19,7 +18,7 @@ import onnx
 
 from lowerer import reference
 from lowerer.errors import VerificationError
-from lowerer.report import Rewrite, RewriteStatus
+from lowerer.report import Rewrite
 from lowerer.scopes import has_subgraphs
 from lowerer.verification import blame
 from lowerer.verification.canon import Canon as _Canon
@@ -39,6 +38,7 @@ from lowerer.verification.inputs import JUDGED_KINDS, InputSet, bind_shapes, gen
 from lowerer.verification.models import small_model
 from lowerer.verification.propagated import budget_kind
 from lowerer.verification.providers import CPU, cuda_settings, select_providers
+from lowerer.verification.result import CheckResult
 from lowerer.verification.runner import (
     Engine,
     OrtEngine,
@@ -50,21 +50,6 @@ from lowerer.verification.runner import (
 __all__ = ["ARITHMETIC_OPS", "CheckResult", "RewriteVerifier", "canon_of"]
 
 Progress = Callable[[int, int], None]
-
-
-@dataclass
-class CheckResult:
-    """The outcome of one distinct check, shared by every identical rewrite."""
-
-    status: RewriteStatus
-    reason: str
-    provider: str | None = None
-    details: dict[str, Any] = field(default_factory=dict)
-    #: For a failure: the feeds and both sides' outputs (``feeds``, ``original``, ``replacement``); for a
-    #: second opinion, both sides' outputs on those feeds. Kept in memory only, for :mod:`.blame`.
-    evidence: dict[str, Any] | None = field(default=None, repr=False, compare=False)
-    #: For failures: what differs (the node is named by the caller).
-    failure: str | None = None
 
 
 def _budget_record(budget: str, dtypes: list[np.dtype[Any]], max_ulp: int | None, op: str) -> dict[str, Any]:
