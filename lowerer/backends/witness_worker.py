@@ -1,0 +1,198 @@
+"""Run one ONNX model on one runtime, in a process of its own: the worker behind :mod:`lowerer.backends.witnesses`.
+
+A runtime's crash (a segfault in a plugin, ``std::terminate`` in a kernel) ends this process, not
+lowerer or its caller. It imports nothing of lowerer (it is run by path, ``python witness_worker.py``),
+only numpy and the runtime named:
+
+* ``openvino``: OpenVINO's ``Core`` on the CPU plugin, inference precision fp32
+  (``INFERENCE_PRECISION_HINT=f32``: the CPU plugin may otherwise compute in bf16 where the processor has it);
+* ``onnxruntime-openvino``: onnxruntime with ``OpenVINOExecutionProvider`` (device CPU, FP32), the
+  CPU provider taking what it refuses, as users run it;
+* ``rknn-toolkit2``: rknn-toolkit2's simulator (``config(target_platform)``, ``load_onnx``,
+  ``build(do_quantization=False)``, ``init_runtime()`` with no target);
+* ``onnxruntime``: onnxruntime with one named execution provider (``onnxruntime:CUDAExecutionProvider``).
+
+Usage: ``witness_worker.py version RUNTIME`` prints ``{"version": ...}`` (JSON) and exits 0, or exits 3
+when the runtime is not installed; ``witness_worker.py run RUNTIME MODEL FEEDS.npz OUT_DIR [OUTPUTS.json]``
+writes ``OUT_DIR/outputs.npz`` (arrays ``0``, ``1`` ... in the order of the output names given, or
+the model's) or ``OUT_DIR/error.json`` (``{"stage": "load"|"compile"|"run", "message": ...}``).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from typing import Any
+
+NOT_INSTALLED = 3
+
+
+class _StageError(Exception):
+    def __init__(self, stage: str, error: BaseException) -> None:
+        super().__init__(f"{type(error).__name__}: {error}")
+        self.stage = stage
+
+
+def _version(runtime: str) -> str:
+    from importlib import metadata
+
+    if runtime == "openvino":
+        return metadata.version("openvino")
+    if runtime == "onnxruntime-openvino":
+        import onnxruntime
+
+        if "OpenVINOExecutionProvider" not in onnxruntime.get_available_providers():
+            raise ImportError("OpenVINOExecutionProvider is not available in this onnxruntime")
+        return metadata.version("onnxruntime-openvino")
+    if runtime == "rknn-toolkit2":
+        return metadata.version("rknn-toolkit2")
+    if runtime.startswith("onnxruntime:"):
+        import onnxruntime
+
+        if runtime.split(":", 1)[1] not in onnxruntime.get_available_providers():
+            raise ImportError(f"{runtime.split(':', 1)[1]} is not available in this onnxruntime")
+        return str(onnxruntime.__version__)
+    raise ImportError(f"unknown runtime {runtime!r}")
+
+
+def _openvino_core() -> Any:
+    try:
+        import openvino as ov
+
+        return ov.Core()
+    except (ImportError, AttributeError):  # 2023.0: the API is in openvino.runtime
+        from openvino.runtime import Core
+
+        return Core()
+
+
+def _run_openvino(model: str, feeds: dict[str, Any], names: list[str] | None) -> list[Any]:
+    core = _openvino_core()
+    try:
+        ov_model = core.read_model(model)
+    except Exception as e:
+        raise _StageError("load", e) from None
+    try:
+        if names:
+            ov_model.add_outputs([n for n in names if not _has_output(ov_model, n)])
+        compiled = core.compile_model(ov_model, "CPU", {"INFERENCE_PRECISION_HINT": "f32"})
+    except Exception as e:
+        raise _StageError("compile", e) from None
+    try:
+        request = compiled.create_infer_request()
+        results = request.infer({compiled.input(k): v for k, v in feeds.items()})
+        wanted = names or [_port_name(p) for p in ov_model.outputs]
+        return [_array(results[compiled.output(n)]) for n in wanted]
+    except Exception as e:
+        raise _StageError("run", e) from None
+
+
+def _has_output(ov_model: Any, name: str) -> bool:
+    return any(name in p.get_names() for p in ov_model.outputs)
+
+
+def _port_name(port: Any) -> str:
+    return str(port.get_any_name())
+
+
+def _array(value: Any) -> Any:
+    import numpy as np
+
+    return np.array(value, copy=True)
+
+
+def _run_onnxruntime(model: str, feeds: dict[str, Any], names: list[str] | None, provider: str) -> list[Any]:
+    import onnxruntime as ort
+
+    options = ort.SessionOptions()
+    options.log_severity_level = 3
+    provider_options: dict[str, str] = {}
+    if provider == "OpenVINOExecutionProvider":
+        provider_options = {"device_type": "CPU", "precision": "FP32"}
+    try:
+        session = ort.InferenceSession(model, options, providers=[provider, "CPUExecutionProvider"],
+                                       provider_options=[provider_options, {}])
+    except Exception as e:
+        raise _StageError("compile", e) from None
+    try:
+        return list(session.run(names, feeds))
+    except Exception as e:
+        raise _StageError("run", e) from None
+
+
+def _run_rknn(model: str, feeds: dict[str, Any], names: list[str] | None, order: list[str]) -> list[Any]:
+    from rknn.api import RKNN
+
+    rknn = RKNN(verbose=False)
+    try:
+        rknn.config(target_platform=os.environ.get("LOWERER_RKNN_PLATFORM", "rk3588"))
+        if rknn.load_onnx(model=model) != 0:
+            raise RuntimeError("rknn-toolkit2's load_onnx returned an error (see its log)")
+    except Exception as e:
+        raise _StageError("load", e) from None
+    try:
+        if rknn.build(do_quantization=False) != 0:
+            raise RuntimeError("rknn-toolkit2's build returned an error (see its log)")
+        if rknn.init_runtime() != 0:
+            raise RuntimeError("rknn-toolkit2's init_runtime (the simulator) returned an error")
+    except Exception as e:
+        raise _StageError("compile", e) from None
+    try:
+        arrays = [feeds[n] for n in order]
+        outputs = rknn.inference(inputs=arrays, data_format=["nchw" if a.ndim == 4 else None for a in arrays])
+        if outputs is None:
+            raise RuntimeError("rknn-toolkit2's inference returned nothing (see its log)")
+        return list(outputs)
+    except Exception as e:
+        raise _StageError("run", e) from None
+    finally:
+        rknn.release()
+
+
+def _run(runtime: str, model: str, feeds_path: str, out_dir: str, outputs_path: str | None) -> None:
+    import numpy as np
+
+    with np.load(feeds_path, allow_pickle=False) as data:
+        order = json.loads(str(data["__order__"]))
+        feeds = {name: data[f"in{i}"] for i, name in enumerate(order)}
+    names = None
+    if outputs_path:
+        with open(outputs_path, encoding="utf-8") as f:
+            names = json.load(f)
+    try:
+        if runtime == "openvino":
+            values = _run_openvino(model, feeds, names)
+        elif runtime == "onnxruntime-openvino":
+            values = _run_onnxruntime(model, feeds, names, "OpenVINOExecutionProvider")
+        elif runtime == "rknn-toolkit2":
+            values = _run_rknn(model, feeds, names, order)
+        else:
+            values = _run_onnxruntime(model, feeds, names, runtime.split(":", 1)[1])
+    except _StageError as e:
+        with open(os.path.join(out_dir, "error.json"), "w", encoding="utf-8") as f:
+            json.dump({"stage": e.stage, "message": " ".join(str(e).split())[:2000]}, f)
+        return
+    np.savez(os.path.join(out_dir, "outputs.npz"), **{str(i): np.asarray(v) for i, v in enumerate(values)})
+
+
+def main(argv: list[str]) -> int:
+    """Entry point (see the module docstring)."""
+    if len(argv) >= 2 and argv[0] == "version":
+        try:
+            version = _version(argv[1])
+        except Exception as e:
+            print(json.dumps({"error": f"{type(e).__name__}: {e}"}))
+            return NOT_INSTALLED
+        print(json.dumps({"version": version}))
+        return 0
+    if len(argv) in (5, 6) and argv[0] == "run":
+        _run(argv[1], argv[2], argv[3], argv[4], argv[5] if len(argv) == 6 else None)
+        return 0
+    print("usage: witness_worker.py version RUNTIME | run RUNTIME MODEL FEEDS.npz OUT_DIR [OUTPUTS.json]",
+          file=sys.stderr)
+    return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

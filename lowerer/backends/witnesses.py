@@ -1,0 +1,211 @@
+"""Runtime witnesses: a model run in a backend's real runtime, where that runtime is installed.
+
+A witness is a runtime that can run a model here, on the CPU: OpenVINO (the ``openvino`` package, CPU
+plugin), onnxruntime-openvino (onnxruntime's OpenVINO execution provider), rknn-toolkit2's simulator,
+or onnxruntime with a named execution provider. None is a dependency of lowerer: a witness exists
+where its package is installed in the Python lowerer runs in, and :func:`find_witness` says why not
+otherwise. Each run happens in a process of its own (:mod:`lowerer.backends.witness_worker`), so a
+runtime that crashes (a plugin's segfault, ``std::terminate``) is reported as that runtime's failure
+and never takes lowerer or its caller down. The model and inputs go through a temporary folder of the
+system's (never the model's folder); nothing is left behind.
+
+A witness is a witness, not the truth: what it computes is compared with onnxruntime's CPU provider
+on the original model (:mod:`lowerer.backends.deployment`), and a difference names the party that
+departs.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import onnx
+
+__all__ = ["RUNTIMES", "WITNESS_PYTHON", "Witness", "WitnessError", "find_witness", "installed_version",
+           "witness_python"]
+
+_WORKER = Path(__file__).with_name("witness_worker.py")
+#: The runtimes a witness may be, and how each is named in messages.
+RUNTIMES: dict[str, str] = {
+    "openvino": "OpenVINO",
+    "onnxruntime-openvino": "onnxruntime-openvino",
+    "rknn-toolkit2": "rknn-toolkit2",
+}
+#: What a witness runs on, by runtime (messages and reports).
+_DEVICE = {"openvino": "CPU", "onnxruntime-openvino": "OpenVINOExecutionProvider (CPU)",
+           "rknn-toolkit2": "simulator"}
+#: Seconds a version query may take (it imports the runtime) and a run may take.
+VERSION_TIMEOUT = 120.0
+RUN_TIMEOUT = 900.0
+#: The environment variable naming the Python the witnesses run in (see :func:`witness_python`).
+WITNESS_PYTHON = "LOWERER_WITNESS_PYTHON"
+
+
+class WitnessError(Exception):
+    """The runtime did not produce outputs: it refused the model, failed to compile or run it, or died.
+
+    Attributes:
+        stage: ``load``, ``compile``, ``run``, ``crash`` (a signal or an exit without a result) or ``timeout``.
+        witness: the runtime's label (``OpenVINO 2026.4.1 CPU``).
+    """
+
+    def __init__(self, stage: str, witness: str, message: str) -> None:
+        super().__init__(message)
+        self.stage = stage
+        self.witness = witness
+
+
+@dataclass(frozen=True)
+class Witness:
+    """An installed runtime that can run a model: its name, version and the device it runs on."""
+
+    runtime: str
+    version: str
+    python: str = sys.executable
+
+    @property
+    def label(self) -> str:
+        """``OpenVINO 2026.4.1 CPU``, ``rknn-toolkit2 2.5.0 simulator``."""
+        name = RUNTIMES.get(self.runtime, self.runtime)
+        device = _DEVICE.get(self.runtime, "")
+        if self.runtime.startswith("onnxruntime:"):
+            name, device = "onnxruntime", self.runtime.split(":", 1)[1]
+        return f"{name} {self.version} {device}".strip()
+
+    def run(self, model: onnx.ModelProto, feeds: Mapping[str, np.ndarray],
+            outputs: Sequence[str] | None = None, timeout: float = RUN_TIMEOUT) -> list[np.ndarray]:
+        """Run ``model`` on ``feeds`` in this runtime; the values of ``outputs`` (None: the model's outputs).
+
+        ``model`` must hold its weights (no external data). Feeds are given by input name.
+
+        Raises:
+            WitnessError: the runtime refused, failed or died (see :attr:`WitnessError.stage`).
+        """
+        with tempfile.TemporaryDirectory(prefix="lowerer-witness-") as folder:
+            work = Path(folder)
+            model_path = work / "model.onnx"
+            model_path.write_bytes(model.SerializeToString())
+            order = list(feeds)
+            np.savez(work / "feeds.npz", __order__=np.array(json.dumps(order)),
+                     **{f"in{i}": np.asarray(feeds[n]) for i, n in enumerate(order)})
+            args = [self.python, str(_WORKER), "run", self.runtime, str(model_path), str(work / "feeds.npz"),
+                    str(work)]
+            if outputs is not None:
+                (work / "outputs.json").write_text(json.dumps(list(outputs)), encoding="utf-8")
+                args.append(str(work / "outputs.json"))
+            self._call(args, timeout)
+            error = work / "error.json"
+            if error.exists():
+                found = json.loads(error.read_text(encoding="utf-8"))
+                raise WitnessError(str(found["stage"]), self.label, str(found["message"]))
+            with np.load(work / "outputs.npz", allow_pickle=False) as data:
+                return [np.array(data[str(i)]) for i in range(len(data.files))]
+
+    def _call(self, args: list[str], timeout: float) -> None:
+        try:
+            done = subprocess.run(args, capture_output=True, text=True, timeout=timeout, env=_quiet_env(),
+                                  check=False)
+        except subprocess.TimeoutExpired:
+            raise WitnessError("timeout", self.label, f"{self.label} did not finish within {timeout:g} s") from None
+        if done.returncode < 0:
+            raise WitnessError("crash", self.label, f"{self.label} died with {_signal_name(-done.returncode)}"
+                                                    f"{_tail(done.stderr)}")
+        if done.returncode != 0:
+            raise WitnessError("crash", self.label, f"{self.label} exited with status {done.returncode}"
+                                                    f"{_tail(done.stderr)}")
+
+
+def _quiet_env() -> dict[str, str]:
+    env = dict(os.environ)
+    env.setdefault("OPENVINO_LOG_LEVEL", "0")
+    env.setdefault("PYTHONWARNINGS", "ignore")
+    return env
+
+
+def _signal_name(number: int) -> str:
+    try:
+        return signal.Signals(number).name
+    except ValueError:
+        return f"signal {number}"
+
+
+def _tail(text: str, limit: int = 300) -> str:
+    lines = [line for line in (text or "").strip().splitlines() if line.strip()]
+    return f" ({' '.join(lines[-1].split())[:limit]})" if lines else ""
+
+
+@functools.lru_cache(maxsize=16)
+def _query(runtime: str, python: str) -> tuple[str | None, str]:
+    """The installed version of ``runtime`` (None when not installed) and why not."""
+    if runtime not in RUNTIMES and not runtime.startswith("onnxruntime:"):
+        return None, f"lowerer has no witness for runtime {runtime!r}"
+    if python == sys.executable and runtime in RUNTIMES and not _distribution(runtime):
+        return None, f"{RUNTIMES[runtime]} is not installed in this Python ({python})"
+    try:
+        done = subprocess.run([python, str(_WORKER), "version", runtime], capture_output=True, text=True,
+                              timeout=VERSION_TIMEOUT, env=_quiet_env(), check=False)
+    except subprocess.TimeoutExpired:
+        return None, f"{runtime} did not say its version within {VERSION_TIMEOUT:g} s"
+    lines = [line for line in done.stdout.splitlines() if line.startswith("{")]
+    found = json.loads(lines[-1]) if lines else {}
+    if done.returncode == 0 and "version" in found:
+        return str(found["version"]), ""
+    why = found.get("error") or (f"died with {_signal_name(-done.returncode)}" if done.returncode < 0 else
+                                 f"exited with status {done.returncode}")
+    return None, f"{RUNTIMES.get(runtime, runtime)} cannot be imported here: {why}"
+
+
+def _distribution(runtime: str) -> bool:
+    """Whether the runtime's package is installed (cheap: package metadata, nothing imported)."""
+    from importlib import metadata
+
+    try:
+        metadata.version(runtime)
+    except metadata.PackageNotFoundError:
+        return False
+    return True
+
+
+def installed_version(runtime: str) -> str | None:
+    """The installed version of ``runtime`` (None: not installed), where the witnesses run.
+
+    In lowerer's own Python it is read from the package metadata (nothing is imported); in another
+    (:data:`WITNESS_PYTHON`) that Python is asked.
+    """
+    from importlib import metadata
+
+    if runtime not in RUNTIMES:
+        return None
+    if witness_python() != sys.executable:
+        return _query(runtime, witness_python())[0]
+    try:
+        return metadata.version(runtime)
+    except metadata.PackageNotFoundError:
+        return None
+
+
+def witness_python() -> str:
+    """The Python the witnesses run in.
+
+    ``LOWERER_WITNESS_PYTHON`` when set (a runtime installed in another environment, such as an older
+    OpenVINO), else the one lowerer runs in.
+    """
+    return os.environ.get(WITNESS_PYTHON) or sys.executable
+
+
+def find_witness(runtime: str) -> tuple[Witness | None, str]:
+    """The witness for ``runtime`` in :func:`witness_python`, or None and why there is none."""
+    python = witness_python()
+    version, why = _query(runtime, python)
+    if version is None:
+        return None, why
+    return Witness(runtime, version, python), ""
