@@ -29,7 +29,7 @@ from lowerer.opsets import since_version
 from lowerer.steps.changes import Step
 from lowerer.steps.emitter import Emitter
 from lowerer.steps.generic import attribute, attribute_value
-from lowerer.steps.registry import DOWN, UP, adapter, history, lowering
+from lowerer.steps.registry import DOWN, UP, adapter, history, lowering, made_rewrite
 
 __all__ = ["loop_from_scan", "scan_8_9", "scan_9_8", "scan_as_loop"]
 
@@ -136,6 +136,7 @@ def _all_nodes(graph: onnx.GraphProto) -> list[onnx.NodeProto]:
     return found
 
 
+@made_rewrite("Scan")  # a Scan an expansion makes for a target below Scan-8: rewritten where it is made
 def loop_from_scan(em: Emitter, node: onnx.NodeProto, body: onnx.GraphProto, opset: int | None = None
                    ) -> onnx.NodeProto:
     """Scan-9+ ``node`` as a Loop (returned, not emitted) over ``body``, its nodes valid at ``opset`` (``em.opset``).

@@ -464,7 +464,7 @@ class StepEngine:
         refuse_attribute_references(node, scope, f"{node.op_type}-{sv}", target)
         em = Emitter(node, scope, sv, target, self.names, facts, self.request.decompose)
         em.target = target
-        opset = expand(em)
+        opset = expand(em, self.registry.made_rewrites)
         conversion.constants.extend(em.constants)
         conversion.crossings.append(Crossing("expansion", "function-expansion", node.op_type, sv, None, opset, why))
         return self._onwards(em.nodes, scope, opset, target, facts, conversion, depth)

@@ -23,7 +23,7 @@ differently from a fused kernel: verification judges it against an explicit ulp 
 from __future__ import annotations
 
 import functools
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 import onnx
@@ -33,7 +33,7 @@ from onnx import helper
 from lowerer.scopes import node_graphs
 from lowerer.shapes import type_proto
 from lowerer.steps.emitter import Emitter
-from lowerer.steps.specialize import flatten_free_layer_norm, fold, reads_of
+from lowerer.steps.specialize import MadeRewrite, flatten_free_layer_norm, fold, reads_of
 
 __all__ = ["EXPANSION_RULE", "body_opsets", "expand", "expandable_ops", "has_body"]
 
@@ -196,10 +196,12 @@ def _literal_reshapes(nodes: list[onnx.NodeProto], opset: int) -> None:
             n.attribute.append(helper.make_attribute("allowzero", 1))
 
 
-def expand(em: Emitter) -> int:
+def expand(em: Emitter, made: Mapping[str, MadeRewrite] | None = None) -> int:
     """Emit ``em.node``'s function body into ``em`` and return the opset its nodes are valid at.
 
     The body chosen is the one at the lowest opset the schema offers (fewest steps to take down).
+    ``made``: how a node the body makes, of an op the target lacks, is rewritten where it is made
+    (see :func:`~lowerer.steps.specialize.fold`; the engine passes its registry's).
     """
     node = em.node
     schema: Any = onnx.defs.get_schema(node.op_type, em.source_version)
@@ -235,7 +237,7 @@ def expand(em: Emitter) -> int:
     _resolve_references(copies, _attribute_values(node, schema))
     _literal_reshapes(copies, opset)
     _rename(copies, mapping, em)
-    for c in fold(copies, em, opset, wanted):
+    for c in fold(copies, em, opset, wanted, made):
         if node.metadata_props:
             c.metadata_props.extend(node.metadata_props)
         em.nodes.append(c)

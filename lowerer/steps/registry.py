@@ -32,9 +32,11 @@ describes.
 
 from __future__ import annotations
 
+import dataclasses
 import functools
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
+from types import MappingProxyType
 from typing import TYPE_CHECKING, Any, Literal
 
 import onnx
@@ -46,9 +48,10 @@ from lowerer.steps.table import step as table_step
 
 if TYPE_CHECKING:
     from lowerer.steps.emitter import Emitter, Rule
+    from lowerer.steps.specialize import MadeRewrite
 
 __all__ = ["DOWN", "NO_REQUEST", "PICKED", "REGISTRY", "UP", "Adapter", "Entry", "Kind", "Lowering", "Registry",
-           "Request", "Resolution", "adapter", "history", "lowering"]
+           "Request", "Resolution", "adapter", "history", "lowering", "made_rewrite"]
 
 DOWN = "down"
 UP = "up"
@@ -108,6 +111,10 @@ class Entry:
         domain: the op's domain (``""``: the default domain).
         budgeted: for a lowering, whether its arithmetic may round differently from the op's kernel (then
             judged by the expansion's ulp budget, like a function body), else exact by construction.
+        loop_form: for an entry that may write the node as a loop over its data (a cost class slower than
+            the op's kernel: one iteration per update ...), that form in a few words (``a Loop over updates``);
+            "" for none. The engine records each use (:attr:`lowerer.report.Crossing.loop`), and
+            ``no_loops`` refuses it.
     """
 
     kind: Kind
@@ -118,13 +125,15 @@ class Entry:
     why: str = ""
     domain: str = ""
     budgeted: bool = False
+    loop_form: str = ""
 
     def describe(self) -> str:
         """``adapter shape_15_13``, ``rule 'coerced-axis'``, ``generic`` ..."""
         if self.kind in ("rule", "decomposition", "form"):
             return f"{self.kind} {self.name!r}"
         if self.kind in ("adapter", "same-meaning", "lowering"):
-            return f"{self.kind} {self.name}"
+            slow = f" (may become {self.loop_form})" if self.loop_form else ""
+            return f"{self.kind} {self.name}{slow}"
         return self.kind if self.kind in ("generic", "expansion") else f"refusal ({self.why})"
 
 
@@ -135,10 +144,12 @@ class Request:
     Attributes:
         decompose: lowerer's own decompositions asked for, by name (``hardmax``, ``globalmaxpool``).
         expand: ops to expand into their function bodies (schema spelling).
+        no_loops: refuse the forms that write a node as a loop over its data (:attr:`Entry.loop_form`).
     """
 
     decompose: frozenset[str] = frozenset()
     expand: frozenset[str] = frozenset()
+    no_loops: bool = False
 
 
 #: Nothing asked besides the target.
@@ -183,6 +194,7 @@ class Registry:
     _spans: dict[tuple[str, str], Rule] = field(default_factory=dict)
     _forms: dict[tuple[str, str, str], Entry] = field(default_factory=dict)
     _lowerings: dict[tuple[str, str, int], Entry] = field(default_factory=dict)
+    _made: dict[str, MadeRewrite] = field(default_factory=dict)
     #: Decompositions by the name callers pass to ``decompose``.
     decompositions: dict[str, Rule] = field(default_factory=dict)
     sealed: bool = False
@@ -195,12 +207,14 @@ class Registry:
             raise RuntimeError(f"two entries for {entry.op} {entry.key[0]} → {entry.key[1]}")
         self._steps[key] = entry
 
-    def adapter(self, ops: str | tuple[str, ...], version: int | tuple[int, ...], *directions: str
-                ) -> Callable[[Adapter], Adapter]:
+    def adapter(self, ops: str | tuple[str, ...], version: int | tuple[int, ...], *directions: str,
+                loop_form: str = "") -> Callable[[Adapter], Adapter]:
         """Register the decorated function as the adapter of ``ops``' step into ``version``(s), in ``directions``.
 
         ``version`` is the newer side of the step; a version that is not a step of the op's history is an
-        error at import. Each entry is named ``<op>_<from>_<to>``. Example::
+        error at import. Each entry is named ``<op>_<from>_<to>``. ``loop_form``: the loop over the node's
+        data the adapter may write (see :attr:`Entry.loop_form`; it says so with
+        :meth:`~lowerer.steps.emitter.Emitter.loop_form`). Example::
 
             @adapter("Shape", 15, DOWN)
             def shape_15_13(em: Emitter, step: Step, direction: str) -> None: ...
@@ -212,7 +226,8 @@ class Registry:
             for op in names:
                 for v in versions:
                     for direction in directions or (DOWN, UP):
-                        self._add_step(self._step_entry("adapter", op, v, direction, fn))
+                        entry = self._step_entry("adapter", op, v, direction, fn)
+                        self._add_step(dataclasses.replace(entry, loop_form=loop_form))
             return fn
 
         return register
@@ -256,6 +271,31 @@ class Registry:
 
         return register
 
+    def made_rewrite(self, op: str) -> Callable[[MadeRewrite], MadeRewrite]:
+        """Register the decorated function as how a node of ``op`` a function body makes is rewritten.
+
+        The engine passes these to the expansion (:func:`~lowerer.steps.specialize.fold`): a node of
+        ``op`` that an expansion makes for a target lacking ``op`` is rewritten where it is made, its
+        body still at the body's opset. So the step layer gets a rule's rewrite without importing the
+        rule. Example::
+
+            @REGISTRY.made_rewrite("Scan")
+            def loop_from_scan(em, node, body, opset): ...
+        """
+
+        def register(fn: MadeRewrite) -> MadeRewrite:
+            if op in self._made:
+                raise RuntimeError(f"two rewrites of a made {op}")
+            self._made[op] = fn
+            return fn
+
+        return register
+
+    @property
+    def made_rewrites(self) -> Mapping[str, MadeRewrite]:
+        """The rewrites of made nodes registered with :meth:`made_rewrite`, by op."""
+        return MappingProxyType(self._made)
+
     def lowering_entry(self, op: str, version: int) -> Entry | None:
         """The lowering registered for ``op``-``version``, or None."""
         return self._lowerings.get(("", op, version))
@@ -296,6 +336,10 @@ class Registry:
         yield from self._lowerings.values()
         for (domain, op), rule in self._spans.items():
             yield Entry("rule", op, (0, 0), rule.name, rule, domain=domain)
+
+    def loop_forms(self) -> list[Entry]:
+        """Every entry that may write a node as a loop over its data (:attr:`Entry.loop_form` set)."""
+        return [e for e in self.entries() if e.loop_form]
 
     def span_rule(self, op: str) -> Rule | None:
         """The op-wide rule lowerer owns for ``op``, or None."""
@@ -421,3 +465,5 @@ REGISTRY = Registry()
 adapter = REGISTRY.adapter
 #: ``@lowering("Trilu")`` registers into :data:`REGISTRY`.
 lowering = REGISTRY.lowering
+#: ``@made_rewrite("Scan")`` registers into :data:`REGISTRY`.
+made_rewrite = REGISTRY.made_rewrite

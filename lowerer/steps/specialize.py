@@ -27,6 +27,7 @@ expansion is judged by the expansion's ulp budget anyway.
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -35,13 +36,19 @@ from onnx import helper, numpy_helper
 
 from lowerer import reference
 from lowerer.body_shapes import body_input_types
+from lowerer.opsets import since_version
 from lowerer.scopes import has_subgraphs, node_graphs
 from lowerer.shapes import value_type
 from lowerer.steps.emitter import Emitter
 
-__all__ = ["FOLDED", "flatten_free_layer_norm", "fold", "live", "reads_of"]
+__all__ = ["FOLDED", "MadeRewrite", "flatten_free_layer_norm", "fold", "live", "reads_of"]
 
 logger = logging.getLogger(__name__)
+
+#: Rewrites ``node``, made by a function body valid at ``opset``, whose op the target lacks, as a node
+#: the target has (returned, not emitted), its graph attribute ``body`` read at ``opset``:
+#: ``rewrite(em, node, body, opset)``. :func:`lowerer.rules.scan.loop_from_scan` is Scan's.
+MadeRewrite = Callable[[Emitter, onnx.NodeProto, onnx.GraphProto, int], onnx.NodeProto]
 
 #: Ops evaluated when all their inputs are constants (exact whatever the element type: data movement,
 #: casts, comparisons; arithmetic only on integers, see :data:`_INTEGER_ONLY`).
@@ -192,12 +199,16 @@ def _taken_branch(state: _State, node: onnx.NodeProto) -> list[onnx.NodeProto] |
     return inlined
 
 
-def fold(nodes: list[onnx.NodeProto], em: Emitter, opset: int, keep: set[str]) -> list[onnx.NodeProto]:
+def fold(nodes: list[onnx.NodeProto], em: Emitter, opset: int, keep: set[str],
+         made: Mapping[str, MadeRewrite] | None = None) -> list[onnx.NodeProto]:
     """``nodes`` (a body instantiated at ``opset``) with what the call site fixes folded into constants.
 
     Folded values that a remaining node reads, or that are in ``keep`` (the node's outputs), become
     constants of ``em`` (recorded in ``em.facts``); the nodes that computed them are dropped. Nodes
     that stay are recorded in ``em.facts`` as they are seen, so later ones see their inferred types.
+    ``made``: by op, how a node of an op the target lacks is rewritten where the body makes it (the
+    registry's :meth:`~lowerer.steps.registry.Registry.made_rewrites`, passed in by the engine: Scan
+    as a Loop); a node of an op not in it goes on as it is.
     """
     state = _State(em, opset)
     pending = list(reversed(nodes))
@@ -205,8 +216,7 @@ def fold(nodes: list[onnx.NodeProto], em: Emitter, opset: int, keep: set[str]) -
     while pending:
         node = pending.pop()
         _type_body_inputs(node, em, opset)  # the nodes before it are known by now
-        if node.op_type == "Scan" and node.domain in ("", "ai.onnx") and em.target < 8 <= opset:
-            node = _scan_as_loop(node, em, opset)  # no Scan below 8: a Loop, its body still at the body's opset
+        node = _made_rewritten(node, em, opset, made or {})
         inlined = _taken_branch(state, node)
         if inlined is not None:
             pending.extend(reversed(inlined))
@@ -239,16 +249,19 @@ def fold(nodes: list[onnx.NodeProto], em: Emitter, opset: int, keep: set[str]) -
     return _without_identities(_materialize(state, live(kept, keep), keep), keep)
 
 
-def _scan_as_loop(node: onnx.NodeProto, em: Emitter, opset: int) -> onnx.NodeProto:
-    """A Scan of a body being expanded, as the Loop it is below Scan-8 (:func:`lowerer.rules.scan.loop_from_scan`).
+def _made_rewritten(node: onnx.NodeProto, em: Emitter, opset: int, made: Mapping[str, MadeRewrite]
+                    ) -> onnx.NodeProto:
+    """``node`` rewritten by ``made``'s entry for its op when the target lacks the op, else ``node``.
 
-    Made here, where the Scan's body is still at the body's opset: the engine takes the Loop's body down
-    from there (a Scan reaching the engine has its body taken down first).
+    Made here, where the node's body is still at the body's opset: the engine takes the rewritten node's
+    body down from there (a Scan reaching the engine has its body taken down first).
     """
-    from lowerer.rules.scan import loop_from_scan
-
+    rewrite = made.get(node.op_type) if node.domain in ("", "ai.onnx") else None
+    if rewrite is None or since_version(node.op_type, em.target) is not None \
+            or since_version(node.op_type, opset) is None:
+        return node
     body = next(a.g for a in node.attribute if a.name == "body")
-    return loop_from_scan(em, node, body, opset)
+    return rewrite(em, node, body, opset)
 
 
 def _type_body_inputs(node: onnx.NodeProto, em: Emitter, opset: int) -> None:
