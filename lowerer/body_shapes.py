@@ -26,7 +26,7 @@ from onnx import numpy_helper
 
 from lowerer.opsets import since_version
 from lowerer.scopes import node_graphs
-from lowerer.shapes import ValueType
+from lowerer.value_types import ValueType
 
 __all__ = ["Dim", "Typed", "body_input_types", "free_names", "infer_graph", "infer_outputs", "same_shape", "shape_text",
            "stated_dims"]

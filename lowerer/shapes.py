@@ -18,66 +18,13 @@ import onnx.defs
 import onnx.numpy_helper
 import onnx.shape_inference
 
+from lowerer.body_shapes import body_input_types, infer_graph
 from lowerer.scopes import Scope, find_graph, function_key, has_subgraphs, iter_scopes
+from lowerer.value_types import ValueType, type_proto, type_string, value_type
 
 __all__ = ["ShapeIndex", "ValueType", "type_proto", "type_string", "value_type"]
 
 logger = logging.getLogger(__name__)
-
-#: (element type, dims) where dims is None for unknown rank, and a dim is None when not static.
-ValueType = tuple[int, "list[int | None] | None"]
-
-
-def value_type(tp: onnx.TypeProto) -> ValueType | None:
-    """The (element type, dims) a TypeProto states, None when it is not a tensor type."""
-    if not tp.HasField("tensor_type"):
-        return None
-    tt = tp.tensor_type
-    if not tt.HasField("shape"):
-        return (tt.elem_type, None)
-    # A non-zero dim_value is set; only a zero needs HasField to tell 0 from a symbolic dim.
-    dims: list[int | None] = [v if (v := d.dim_value) or d.HasField("dim_value") else None for d in tt.shape.dim]
-    return (tt.elem_type, dims)
-
-
-def type_string(tp: onnx.TypeProto) -> str | None:
-    """The schema spelling of a type (``tensor(float)``, ``seq(tensor(int64))`` ...), None if unknown."""
-    kind = tp.WhichOneof("value")
-    if kind == "tensor_type":
-        elem = tp.tensor_type.elem_type
-        return None if elem == 0 else f"tensor({onnx.TensorProto.DataType.Name(elem).lower()})"
-    if kind == "sparse_tensor_type":
-        elem = tp.sparse_tensor_type.elem_type
-        return None if elem == 0 else f"sparse_tensor({onnx.TensorProto.DataType.Name(elem).lower()})"
-    if kind == "sequence_type":
-        inner = type_string(tp.sequence_type.elem_type)
-        return None if inner is None else f"seq({inner})"
-    if kind == "optional_type":
-        inner = type_string(tp.optional_type.elem_type)
-        return None if inner is None else f"optional({inner})"
-    if kind == "map_type":
-        value = type_string(tp.map_type.value_type)
-        key = onnx.TensorProto.DataType.Name(tp.map_type.key_type).lower()
-        return None if value is None else f"map({key}, {value})"
-    return None
-
-
-def type_proto(spelled: str | None) -> onnx.TypeProto | None:
-    """The TypeProto of a schema spelling (``tensor(float)``, ``seq(tensor(int64))``, ``optional(...)``), or None."""
-    if spelled is None:
-        return None
-    if spelled.startswith("tensor(") and spelled.endswith(")"):
-        name = spelled[len("tensor("):-1].upper()
-        if name not in onnx.TensorProto.DataType.keys():  # noqa: SIM118 (a protobuf enum, not a dict)
-            return None
-        return onnx.helper.make_tensor_type_proto(onnx.TensorProto.DataType.Value(name), None)
-    for prefix, make in (("seq(", onnx.helper.make_sequence_type_proto),
-                         ("optional(", onnx.helper.make_optional_type_proto)):
-        if spelled.startswith(prefix) and spelled.endswith(")"):
-            inner = type_proto(spelled[len(prefix):-1])
-            return None if inner is None else make(inner)
-    return None
-
 
 def _better_stated(old: ValueType | None, vt: ValueType) -> bool:
     """Whether a later statement ``vt`` replaces ``old`` while collecting what a graph states."""
@@ -420,8 +367,6 @@ class ShapeIndex:
         return None if tp is None else value_type(tp)
 
     def _alone_level(self, home: Scope, value_of: Callable[[Scope, str], np.ndarray | None]) -> _Level | None:
-        from lowerer.body_shapes import body_input_types, infer_graph
-
         if home.locator in self._alone:
             return self._alone[home.locator]
         self._alone[home.locator] = None  # while it is inferred: a lookup from inside finds nothing here
