@@ -28,6 +28,7 @@ from typing import TYPE_CHECKING, Any
 import onnx
 
 from lowerer.backends.loads import Loads, loads_for, parse_loads
+from lowerer.backends.witnesses import RUNTIMES, installed_version
 from lowerer.errors import InputError
 
 if TYPE_CHECKING:
@@ -48,6 +49,9 @@ REWRITES: dict[str, str] = {
     "argmax-flip": "select_last_index=1 -> reverse the axis, first extremum, index mapped back",
     "last-axis": "the op on the last axis (Transpose around it, or Flatten + Reshape for the 2-D meaning)",
     "constant-inputs": "inputs proven constant written as initializers",
+    "argmax-topk": "ArgMax/ArgMin -> TopK(k=1) indices (the first extremum), Squeeze for keepdims=0",
+    "hardmax-topk": "Hardmax -> TopK(k=1) indices + one-hot (the hardmax decomposition's, TopK for ArgMax)",
+    "shape-slice": "Shape start/end -> Shape + Slice (constant starts/ends, axes 0)",
     "expand": "the op's ONNX function body",
 }
 
@@ -192,6 +196,16 @@ class Profile:
     entries: tuple[Entry, ...] = field(default_factory=tuple)
     loads: Loads | None = None
     release: str | None = None
+    runtime: str = ""
+    #: The backend versions named (every version when none was).
+    named: VersionRange = field(default_factory=VersionRange)
+    #: How the version was chosen when none was named: ``the installed release (OpenVINO 2026.4.1)``,
+    #: ``the newest row (2026.4)``; empty when the user named one.
+    chosen: str = ""
+    #: The largest difference a float output may show on the backend's runtime, relative to the output's
+    #: largest magnitude, and where that figure comes from (see :mod:`lowerer.backends.deployment`).
+    tolerance: float = 1e-5
+    tolerance_source: str = ""
 
     @property
     def ops(self) -> frozenset[str]:
@@ -241,8 +255,12 @@ def load_profile(spec: object) -> Profile:
     if name not in BACKENDS:
         raise InputError(f"unknown backend {m.group(1)!r}; known backends: {backend_names()}")
     op = {"=": "==", "@": "=="}.get(m.group(2) or "", m.group(2))
-    named = VersionRange.parse(op, m.group(3))
+    version = m.group(3)
     data = _profile_data(name)
+    chosen = ""
+    if op is None and data["witnessed"]:
+        op, version, chosen = _unnamed_version(data)
+    named = VersionRange.parse(op, version)
     entries = []
     for entry in data["entries"]:
         applies = entry.backend_versions
@@ -250,8 +268,23 @@ def load_profile(spec: object) -> Profile:
             entries.append(entry)
     rows = data["loads"]
     return Profile(name=name, spec=spec.strip(), provider=data["provider"], description=data["description"],
-                   entries=tuple(entries), loads=loads_for(rows, op, m.group(3)) if rows else None,
-                   release=_release(data["runtime"], op, m.group(3)))
+                   entries=tuple(entries), loads=loads_for(rows, op, version) if rows else None,
+                   release=_release(data["runtime"], op, version), runtime=data["runtime"], named=named,
+                   chosen=chosen, tolerance=data["tolerance"], tolerance_source=data["tolerance_source"])
+
+
+def _unnamed_version(data: dict[str, Any]) -> tuple[str | None, str | None, str]:
+    """For a backend named without a version: the installed release of its runtime, else the newest row."""
+    runtime = data["runtime"]
+    installed = installed_version(runtime)
+    if installed is not None:
+        found = re.match(r"\d+(?:\.\d+)*", installed)
+        if found is not None:
+            return "==", found.group(0), f"the installed release ({RUNTIMES[runtime]} {installed})"
+    rows = data["loads"]
+    newest = f"the newest row of lowerer's table ({rows[-1].version}); {RUNTIMES[runtime]} is not installed" \
+        if rows else ""
+    return None, None, newest
 
 
 def _release(runtime: str, op: str | None, version: str | None) -> str | None:
@@ -296,8 +329,14 @@ def parse_profile(raw: object, source: str) -> dict[str, Any]:
     loads = raw.get("loads")
     rows = () if loads is None or isinstance(loads, str) else \
         parse_loads(loads, str(raw.get("runtime") or raw.get("backend") or source), source)
+    runtime = str(raw.get("runtime") or "")
+    tolerance = raw.get("tolerance", {"relative": 1e-5, "source": ""})
+    if not isinstance(tolerance, dict) or not isinstance(tolerance.get("relative"), (int, float)) or \
+            not 0 <= tolerance["relative"] < 1:
+        raise InputError(f"profile {source}: 'tolerance' must be {{\"relative\": a number in [0, 1), \"source\": ...}}")
     return {"provider": raw["provider"], "description": str(raw.get("description", "")), "entries": entries,
-            "loads": rows, "runtime": str(raw.get("runtime") or "")}
+            "loads": rows, "runtime": runtime, "witnessed": runtime in RUNTIMES,
+            "tolerance": float(tolerance["relative"]), "tolerance_source": str(tolerance.get("source", ""))}
 
 
 def _entry(item: object, where: str) -> Entry:

@@ -56,12 +56,14 @@ class WitnessError(Exception):
     Attributes:
         stage: ``load``, ``compile``, ``run``, ``crash`` (a signal or an exit without a result) or ``timeout``.
         witness: the runtime's label (``OpenVINO 2026.4.1 CPU``).
+        input_set: the input set that failed to run (None: the failure is not a run's).
     """
 
-    def __init__(self, stage: str, witness: str, message: str) -> None:
+    def __init__(self, stage: str, witness: str, message: str, input_set: int | None = None) -> None:
         super().__init__(message)
         self.stage = stage
         self.witness = witness
+        self.input_set = input_set
 
 
 @dataclass(frozen=True)
@@ -90,13 +92,23 @@ class Witness:
         Raises:
             WitnessError: the runtime refused, failed or died (see :attr:`WitnessError.stage`).
         """
+        return self.run_sets(model, [feeds], outputs, timeout)[0]
+
+    def run_sets(self, model: onnx.ModelProto, sets: Sequence[Mapping[str, np.ndarray]],
+                 outputs: Sequence[str] | None = None, timeout: float = RUN_TIMEOUT) -> list[list[np.ndarray]]:
+        """:meth:`run` on several input sets (same input names), the model loaded and compiled once.
+
+        Raises:
+            WitnessError: as :meth:`run`; its ``input_set`` says which set failed to run (None: not a run).
+        """
         with tempfile.TemporaryDirectory(prefix="lowerer-witness-") as folder:
             work = Path(folder)
             model_path = work / "model.onnx"
             model_path.write_bytes(model.SerializeToString())
-            order = list(feeds)
-            np.savez(work / "feeds.npz", __order__=np.array(json.dumps(order)),
-                     **{f"in{i}": np.asarray(feeds[n]) for i, n in enumerate(order)})
+            order = list(sets[0]) if sets else []
+            np.savez(work / "feeds.npz", __order__=np.array(json.dumps(order)), __sets__=np.array(len(sets)),
+                     **{f"s{k}_in{i}": np.asarray(feeds[n]) for k, feeds in enumerate(sets)
+                        for i, n in enumerate(order)})
             args = [self.python, str(_WORKER), "run", self.runtime, str(model_path), str(work / "feeds.npz"),
                     str(work)]
             if outputs is not None:
@@ -106,9 +118,10 @@ class Witness:
             error = work / "error.json"
             if error.exists():
                 found = json.loads(error.read_text(encoding="utf-8"))
-                raise WitnessError(str(found["stage"]), self.label, str(found["message"]))
+                raise WitnessError(str(found["stage"]), self.label, str(found["message"]), found.get("input_set"))
             with np.load(work / "outputs.npz", allow_pickle=False) as data:
-                return [np.array(data[str(i)]) for i in range(len(data.files))]
+                count = len(data.files) // max(len(sets), 1)
+                return [[np.array(data[f"s{k}_{j}"]) for j in range(count)] for k in range(len(sets))]
 
     def _call(self, args: list[str], timeout: float) -> None:
         try:
