@@ -205,56 +205,90 @@ def body_input_types(node: onnx.NodeProto, opset: int, type_of: Callable[[str], 
     if body is None or node.domain not in ("", "ai.onnx") or node.op_type not in ("Scan", "Loop"):
         return {}
     formals = [i.name for i in body.input]
-    out: dict[str, Typed] = {}
-    carried: list[tuple[str, int]] = []  # (body input, body output index)
-
-    def outer(name: str) -> Typed | None:
-        vt = type_of(name) if name else None
-        if vt is None or vt[0] == 0:
-            return None
-        dims: list[Dim] | None = None if vt[1] is None else list(vt[1])
-        symbols = symbols_of(name)
-        if dims is not None and symbols is not None and len(symbols) == len(dims):
-            dims = [d if d is not None else s for d, s in zip(dims, symbols, strict=True)]
-        return (vt[0], dims)
-
-    attrs = {a.name: a for a in node.attribute}
-    if node.op_type == "Loop":
-        if len(formals) >= 2:
-            out[formals[0]] = (onnx.TensorProto.INT64, None)
-            out[formals[1]] = (onnx.TensorProto.BOOL, None)
-        for k, formal in enumerate(formals[2:]):
-            initial = outer(node.input[2 + k]) if 2 + k < len(node.input) else None
-            if initial is not None:
-                out[formal] = initial
-                carried.append((formal, 1 + k))
-    else:
-        n_scan = attrs["num_scan_inputs"].i if "num_scan_inputs" in attrs else 0
-        old = since_version("Scan", opset) == 8
-        actual = list(node.input)[1:] if old else list(node.input)
-        n_state = len(actual) - n_scan
-        if n_state < 0 or len(formals) != len(actual):
-            return {}
-        axes = list(attrs["scan_input_axes"].ints) if "scan_input_axes" in attrs else [0] * n_scan
-        for k, (formal, name) in enumerate(zip(formals, actual, strict=True)):
-            initial = outer(name)
-            if initial is None:
-                continue
-            elem, dims = initial
-            if k < n_state:
-                out[formal] = (elem, None if dims is None or (old and not dims) else dims[1:] if old else dims)
-                carried.append((formal, k))
-                continue
-            if dims is None:
-                out[formal] = (elem, None)
-            elif old:
-                out[formal] = (elem, dims[2:] if len(dims) >= 2 else None)
-            else:
-                axis = axes[k - n_state] if k - n_state < len(axes) else 0
-                axis = axis + len(dims) if axis < 0 else axis
-                out[formal] = (elem, dims[:axis] + dims[axis + 1:] if 0 <= axis < len(dims) else None)
-    carried = [(f, j) for f, j in carried if out[f][1] is not None]
+    outer = functools.partial(_outer_typed, type_of=type_of, symbols_of=symbols_of)
+    initial = _loop_initial(node, formals, outer) if node.op_type == "Loop" else \
+        _scan_initial(node, formals, opset, outer)
+    if initial is None:
+        return {}
+    out, carried = initial
     versions = dict(opsets) if opsets is not None else {"": opset}
+    return _fixed_point(body, versions, type_of, symbols_of, value_of, out, carried)
+
+
+def _outer_typed(name: str, type_of: Callable[[str], ValueType | None],
+                 symbols_of: Callable[[str], list[int | str | None] | None]) -> Typed | None:
+    """The type of outer value ``name`` with its unknown dims named where the model names them, or None."""
+    vt = type_of(name) if name else None
+    if vt is None or vt[0] == 0:
+        return None
+    dims: list[Dim] | None = None if vt[1] is None else list(vt[1])
+    symbols = symbols_of(name)
+    if dims is not None and symbols is not None and len(symbols) == len(dims):
+        dims = [d if d is not None else s for d, s in zip(dims, symbols, strict=True)]
+    return (vt[0], dims)
+
+
+#: A body's input types by name, and the carried ones as (body input, body output index).
+_Initial = tuple[dict[str, Typed], list[tuple[str, int]]]
+
+
+def _loop_initial(node: onnx.NodeProto, formals: list[str], outer: Callable[[str], Typed | None]) -> _Initial:
+    """A Loop body's input types before the fixed point: count and condition, carried values' initial types."""
+    out: dict[str, Typed] = {}
+    carried: list[tuple[str, int]] = []
+    if len(formals) >= 2:
+        out[formals[0]] = (onnx.TensorProto.INT64, None)
+        out[formals[1]] = (onnx.TensorProto.BOOL, None)
+    for k, formal in enumerate(formals[2:]):
+        initial = outer(node.input[2 + k]) if 2 + k < len(node.input) else None
+        if initial is not None:
+            out[formal] = initial
+            carried.append((formal, 1 + k))
+    return out, carried
+
+
+def _scan_initial(node: onnx.NodeProto, formals: list[str], opset: int, outer: Callable[[str], Typed | None]
+                  ) -> _Initial | None:
+    """A Scan body's input types before the fixed point (states' initial types, slices), None if malformed."""
+    attrs = {a.name: a for a in node.attribute}
+    n_scan = attrs["num_scan_inputs"].i if "num_scan_inputs" in attrs else 0
+    old = since_version("Scan", opset) == 8
+    actual = list(node.input)[1:] if old else list(node.input)
+    n_state = len(actual) - n_scan
+    if n_state < 0 or len(formals) != len(actual):
+        return None
+    axes = list(attrs["scan_input_axes"].ints) if "scan_input_axes" in attrs else [0] * n_scan
+    out: dict[str, Typed] = {}
+    carried: list[tuple[str, int]] = []
+    for k, (formal, name) in enumerate(zip(formals, actual, strict=True)):
+        initial = outer(name)
+        if initial is None:
+            continue
+        elem, dims = initial
+        if k < n_state:
+            out[formal] = (elem, None if dims is None or (old and not dims) else dims[1:] if old else dims)
+            carried.append((formal, k))
+        else:
+            out[formal] = (elem, _slice_dims(dims, old, axes[k - n_state] if k - n_state < len(axes) else 0))
+    return out, carried
+
+
+def _slice_dims(dims: list[Dim] | None, old: bool, axis: int) -> list[Dim] | None:
+    """The dims of one slice of a scanned input of ``dims`` along ``axis`` (Scan-8, ``old``: batch and sequence)."""
+    if dims is None:
+        return None
+    if old:
+        return dims[2:] if len(dims) >= 2 else None
+    axis = axis + len(dims) if axis < 0 else axis
+    return dims[:axis] + dims[axis + 1:] if 0 <= axis < len(dims) else None
+
+
+def _fixed_point(body: onnx.GraphProto, versions: Mapping[str, int], type_of: Callable[[str], ValueType | None],
+                 symbols_of: Callable[[str], list[int | str | None] | None],
+                 value_of: Callable[[str], np.ndarray | None], out: dict[str, Typed],
+                 carried: list[tuple[str, int]]) -> dict[str, Typed]:
+    """``out``, each carried input's hypothesis weakened until the body returns it (:func:`body_input_types`)."""
+    carried = [(f, j) for f, j in carried if out[f][1] is not None]
     for _ in range(_FIXED_POINT_ROUNDS):
         if not carried:
             return out
