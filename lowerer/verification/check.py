@@ -6,7 +6,9 @@ structure and constants) are checked once; later ones reuse the result.
 
 from __future__ import annotations
 
+import os
 import time
+import weakref
 import zlib
 from collections import Counter
 from collections.abc import Callable, Sequence
@@ -46,6 +48,7 @@ from lowerer.verification.runner import (
     SessionMaker,
     ort_can_exchange,
 )
+from lowerer.verification.worker import KNOWN_ABORTS, OrtAbortedError, VerificationWorker, aborts_on
 
 __all__ = ["ARITHMETIC_OPS", "CheckResult", "RewriteVerifier", "canon_of"]
 
@@ -132,7 +135,12 @@ class RewriteVerifier:
         self.max_ulp = max_ulp
         self.exact = exact
         self.progress = progress
-        self.sessions = SessionMaker(self.providers)
+        #: The worker process that runs the sessions onnxruntime may abort (started on first need; see
+        #: :mod:`.worker`); ``LOWERER_VERIFY_IN_WORKER=all`` runs every check's sessions there.
+        self.worker = VerificationWorker()
+        self._isolate_all = os.environ.get("LOWERER_VERIFY_IN_WORKER", "") == "all"
+        weakref.finalize(self, self.worker.close)
+        self.sessions = SessionMaker(self.providers, self.worker, self._isolate_all)
         self.stats: Counter[str] = Counter()
         self.seconds = 0.0
         self._cache: dict[tuple[object, ...], CheckResult] = {}
@@ -149,7 +157,13 @@ class RewriteVerifier:
             out["cuda"] = cuda
         if self._cpu is not None:
             out["second_opinions"] = self._cpu.sessions
+        if self.worker.starts:
+            out["worker"] = {"starts": self.worker.starts, "aborts": self.worker.aborts}
         return out
+
+    def close(self) -> None:
+        """End the verification worker, if one was started (a later check starts a fresh one)."""
+        self.worker.close()
 
     def __call__(self, rewrite: Rewrite) -> None:
         """Verify ``rewrite``: set its status, provider, reason and details, or raise VerificationError."""
@@ -220,6 +234,11 @@ class RewriteVerifier:
             shape_lists.append(shapes)
         n_sets = max(len(s) for s in shape_lists) if shape_lists else 1
         combos = [tuple(s[i % len(s)] for s in shape_lists) for i in range(n_sets)]
+        if canon.original.op_type in _AVOIDED_ABORTS:  # the known-fatal binding is not made (cheap)
+            combos = [c for c in combos if aborts_on(canon.original.op_type, c) is None]
+            if not combos:
+                return CheckResult("unverified", f"onnxruntime aborts on {canon.original.op_type} with "
+                                                 f"{KNOWN_ABORTS[canon.original.op_type]}, the only shapes generated")
         outcomes = [self._judged(rewrite, canon, specs, elems, combos) for elems in elem_sets]
         return _combined(elem_sets, outcomes)
 
@@ -250,7 +269,7 @@ class RewriteVerifier:
 
     def _cpu_sessions(self) -> SessionMaker:
         if self._cpu is None:
-            self._cpu = SessionMaker([CPU])
+            self._cpu = SessionMaker([CPU], self.worker, self._isolate_all)
         return self._cpu
 
     def _engine(self, model: onnx.ModelProto, opset: int, dtypes: list[np.dtype[Any]], side: str,
@@ -434,6 +453,9 @@ class _Trial:
             return None
         try:
             expected = orig.run(feeds)
+        except OrtAbortedError as e:
+            self._drop(self._aborted(desc, shapes, "original", e))
+            return None
         except Exception as e:
             self.first_error = self.first_error or f"{desc}: {_short(e)}"
             self.skipped.append(f"{desc}: the original does not run on it")
@@ -442,6 +464,9 @@ class _Trial:
             orig.resolve_placement()
         try:
             actual = repl.run(feeds)
+        except OrtAbortedError as e:
+            self._drop(self._aborted(desc, shapes, "replacement", e))
+            return None
         except Exception as e:
             if isinstance(e, reference.ReferenceEvalError) and orig.label != repl.label:
                 # Engines differ: the reference may be stricter than onnxruntime here.
@@ -461,6 +486,22 @@ class _Trial:
                 failure.evidence = {"feeds": feeds, "original": expected, "replacement": actual}
                 return failure
         return None
+
+    def _drop(self, line: str) -> None:
+        self.skipped.append(line)
+        self.first_error = self.first_error or line
+
+    def _aborted(self, desc: str, shapes: tuple[tuple[int, ...], ...], side: str, e: OrtAbortedError) -> str:
+        """The line that reports an input set dropped because onnxruntime killed the worker running ``side``."""
+        rewrite = self.rewrite
+        if side == "original":
+            ops, what = [rewrite.op_type], f"{rewrite.op_type}-{rewrite.from_version}"
+        else:
+            ops = list(dict.fromkeys(n.op_type for n in self.canon.replacement))
+            what = f"the replacement ({' + '.join(ops)} at opset {rewrite.to_opset})"
+        why = next((c for c in (aborts_on(op, shapes) for op in ops) if c), None)
+        return (f"{desc}: onnxruntime aborted running {what}" + (f" with {why}" if why else "")
+                + f" ({e}); the input set is dropped")
 
     def _compare_output(self, kind: str, desc: str, orig_out: str, exp: np.ndarray,
                         act: np.ndarray) -> CheckResult | None:
@@ -538,6 +579,9 @@ class _Trial:
 _ORT_DIES_ON_EMPTY = {
     "Einsum": "onnxruntime's Einsum dies of SIGFPE on an empty operand, so it is not run on one",
 }
+
+#: Ops whose known-fatal bindings (:func:`~.worker.aborts_on`) are not generated; the worker survives the rest.
+_AVOIDED_ABORTS = set(KNOWN_ABORTS)
 
 _ORT_DEVIATES = {
     "GlobalMaxPool": "onnxruntime's GlobalMaxPool gives -3.4e38 instead of -inf for an all -inf plane, "

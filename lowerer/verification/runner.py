@@ -17,6 +17,7 @@ import onnx
 from lowerer import reference
 from lowerer.verification.ort import load_onnxruntime
 from lowerer.verification.providers import CPU, session_providers
+from lowerer.verification.worker import OrtAbortedError, VerificationWorker, WorkerEngine, WorkerError, may_abort
 
 __all__ = ["EXTERNAL_DATA_FOLDER", "Engine", "OrtEngine", "ReferenceEngine", "SessionMaker", "quiet_session_options"]
 
@@ -105,12 +106,32 @@ def quiet_session_options(ort: Any = None) -> Any:
 
 
 class SessionMaker:
-    """Creates lean onnxruntime sessions (no graph optimizations, one thread, no profiling) and counts them."""
+    """Creates lean onnxruntime sessions (no graph optimizations, one thread, no profiling) and counts them.
 
-    def __init__(self, providers: Sequence[str]) -> None:
+    With a ``worker``, a model that holds an op onnxruntime may abort on (:func:`~.worker.may_abort`),
+    or every model when ``isolate_all``, gets its session in that worker process instead.
+    """
+
+    def __init__(self, providers: Sequence[str], worker: VerificationWorker | None = None,
+                 isolate_all: bool = False) -> None:
         self.providers = list(providers)
         self.sessions = 0
+        self.worker = worker
+        self.isolate_all = isolate_all
         self._ort: Any = None
+
+    def _in_worker(self, model: onnx.ModelProto, worker: VerificationWorker) -> WorkerEngine | str:
+        """A session for ``model`` in the worker, or why onnxruntime refused (or aborted) it."""
+        engine = WorkerEngine(worker, model.SerializeToString(), {}, session_providers(self.providers),
+                              self.providers[0])
+        try:
+            engine.create()
+        except OrtAbortedError as e:
+            return f"onnxruntime aborted creating the session ({e})"
+        except WorkerError as e:
+            return _short(e)
+        self.sessions += 1
+        return engine
 
     def _options(self, strict: bool = False, profile: bool = False, data_dir: str | None = None) -> Any:
         so = quiet_session_options(self._ort)
@@ -123,7 +144,8 @@ class SessionMaker:
             so.profile_file_prefix = os.path.join(tempfile.gettempdir(), f"lowerer-placement-{os.getpid()}")
         return so
 
-    def create(self, model: onnx.ModelProto | bytes, data_dir: str | os.PathLike[str] | None = None) -> OrtEngine | str:
+    def create(self, model: onnx.ModelProto | bytes,
+               data_dir: str | os.PathLike[str] | None = None) -> OrtEngine | WorkerEngine | str:
         """A session for ``model``, or the reason onnxruntime refused it.
 
         ``data_dir``: the folder the model's external data locations are relative to (the
@@ -133,6 +155,8 @@ class SessionMaker:
         disabled; if that fails, it is created again with fallback and the nodes that went to
         the CPU are found by profiling that one session and named in ``placement``.
         """
+        if self.worker is not None and isinstance(model, onnx.ModelProto) and (self.isolate_all or may_abort(model)):
+            return self._in_worker(model, self.worker)
         if self._ort is None:
             self._ort = load_onnxruntime()
         data = model if isinstance(model, bytes) else model.SerializeToString()
