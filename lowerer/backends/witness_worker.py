@@ -184,8 +184,7 @@ def _run_rknn(model: str, sets: list[dict[str, Any]], names: list[str] | None, o
         for k, feeds in enumerate(sets):
             try:
                 arrays = [feeds[n] for n in order]
-                outputs = rknn.inference(inputs=arrays,
-                                         data_format=["nchw" if a.ndim == 4 else None for a in arrays])
+                outputs = rknn.inference(inputs=arrays, data_format=["nchw"] * len(arrays))
                 if outputs is None:
                     raise RuntimeError("rknn-toolkit2's inference returned nothing (see its log)")
                 values.append(list(outputs))
