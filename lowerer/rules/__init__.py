@@ -7,7 +7,8 @@ here registers nothing: ``tests/test_registry.py`` checks every module of the pa
   1, 11, 13);
 * decompositions: :mod:`.hardmax_decomposition` (Hardmax → ArgMax + one-hot), :mod:`.global_max_pool`
   (GlobalMaxPool → ReduceMax);
-* backend forms: :mod:`.backend_forms` (``argmax-flip``, ``last-axis``, ``constant-inputs``);
+* backend forms: :mod:`.backend_forms` (``argmax-flip``, ``last-axis``, ``constant-inputs``), :mod:`.topk_forms`
+  (``argmax-topk``, ``hardmax-topk``, ``shape-slice``);
 * lowerings (ops with no function body written with older ops, for targets that lack them): :mod:`.trilu`,
   :mod:`.mod`, :mod:`.cumsum`, :mod:`.constant_of_shape`, :mod:`.gather_elements`, :mod:`.einsum`,
   :mod:`.expand_where`, GridSample-16's in :mod:`.grid_sample` (beside its 16 ↔ 20 adapter), and Resize's in
@@ -55,6 +56,7 @@ from lowerer.rules.backend_forms import ConstantInputsForm, LastAxisForm, Select
 from lowerer.rules.global_max_pool import GlobalMaxPoolDecomposition
 from lowerer.rules.hardmax import CoercedAxisRule
 from lowerer.rules.hardmax_decomposition import HardmaxDecomposition
+from lowerer.rules.topk_forms import ArgTopKForm, HardmaxTopKForm, ShapeSliceForm
 from lowerer.steps.registry import REGISTRY, Registry
 
 __all__ = ["REGISTRY", "Registry"]
@@ -66,4 +68,7 @@ REGISTRY.decomposition(GlobalMaxPoolDecomposition())
 REGISTRY.form("argmax-flip", ("ArgMax", "ArgMin"), SelectLastIndexForm)
 REGISTRY.form("last-axis", ("Hardmax", "Softmax", "LogSoftmax"), LastAxisForm)
 REGISTRY.form("constant-inputs", ("*",), ConstantInputsForm)
+REGISTRY.form("argmax-topk", ("ArgMax", "ArgMin"), ArgTopKForm)
+REGISTRY.form("hardmax-topk", ("Hardmax",), HardmaxTopKForm)
+REGISTRY.form("shape-slice", ("Shape",), ShapeSliceForm)
 REGISTRY.seal()

@@ -66,6 +66,11 @@ class ArgExtremumRule(Rule):
             return
         self._emulate_select_last(em, x, axis, keepdims)
 
+    def _first_extremum(self, em: Emitter, v: str, axis: int, keepdims: int | None,
+                        outputs: list[str] | None = None) -> str:
+        """The index of the first extremum of ``v`` along ``axis``: the node's own op (forms emit another)."""
+        return em.op(em.node.op_type, [v], outputs, axis=axis, keepdims=keepdims)
+
     def _emulate_select_last(self, em: Emitter, x: str, axis: int, keepdims: int | None) -> None:
         node = em.node
         dims = em.dims(x)
@@ -76,7 +81,7 @@ class ArgExtremumRule(Rule):
             # Reverse with a constant index table, then map the index through the same table.
             table = em.const(np.arange(size - 1, -1, -1, dtype=np.int64), "reversed")
             reversed_x = em.op("Gather", [x, table], axis=axis)
-            index = em.op(node.op_type, [reversed_x], axis=axis, keepdims=keepdims)
+            index = self._first_extremum(em, reversed_x, axis, keepdims)
             em.op("Gather", [table, index], list(node.output), axis=0)
             return
         if em.opset < 10:
@@ -89,7 +94,7 @@ class ArgExtremumRule(Rule):
         axes = em.const(np.array([axis], dtype=np.int64), "axes")
         steps = em.const(np.array([-1], dtype=np.int64), "steps")
         reversed_x = em.op("Slice", [x, starts, ends, axes, steps])
-        index = em.op(node.op_type, [reversed_x], axis=axis, keepdims=keepdims)
+        index = self._first_extremum(em, reversed_x, axis, keepdims)
         shape = em.op("Shape", [x])
         size_name = em.op("Gather", [shape, em.const(np.array(axis, dtype=np.int64), "axis")], axis=0)
         last = em.op("Sub", [size_name, em.const(np.array(1, dtype=np.int64), "one")])

@@ -120,6 +120,14 @@ class HardmaxDecomposition(Rule):
                 # placement proof (``--for cuda``) must not meet.
                 em.pass_through_if_empty(x, start)
 
+    def first_max(self, em: Emitter, v: str, axis: int, keepdims: int = 1) -> str:
+        """The int64 index of the first maximum of ``v`` along ``axis`` (``ArgMax``; a form may find it otherwise).
+
+        Every index the decomposition uses comes from here, so a subclass that finds the first
+        maximum another exact way (``hardmax-topk``: ``TopK``) shares the whole body.
+        """
+        return em.op("ArgMax", [v], axis=axis, keepdims=keepdims)
+
     def _emit(self, em: Emitter, x: str, y: str, flatten: bool, axis: int, dims: list[int | None] | None,
               rank: int | None, elem: int | None) -> None:
         if em.opset < 7:
@@ -165,7 +173,7 @@ class HardmaxDecomposition(Rule):
         if trailing is None or (size is None and em.opset < 11):
             self._one_hot_op(em, v, axis, elem, x, y, reshape)
             return
-        index = em.op("ArgMax", [v], axis=axis, keepdims=1)
+        index = self.first_max(em, v, axis)
         if size is not None and size <= _INT32_MAX:
             # int32 halves what Equal reads; onnxruntime's Equal is about twice as fast on it.
             index = em.op("Cast", [index], to=onnx.TensorProto.INT32)
@@ -191,13 +199,13 @@ class HardmaxDecomposition(Rule):
         blocks = size // block
         view = em.op("Reshape", [v, em.const(np.array([-1, blocks, block], dtype=np.int64), "blocks")])
         block_max = reduce_max(em, view, [2], keepdims=1)
-        first_block = em.op("ArgMax", [block_max], axis=1, keepdims=1)  # [R, 1, 1]
+        first_block = self.first_max(em, block_max, 1)  # [R, 1, 1]
         if (em.version_of("GatherND") or 0) >= 12:  # batch_dims: each row picks its own block
             chosen = em.op("GatherND", [view, first_block], batch_dims=1)
         else:
             spread = em.op("Expand", [first_block, em.const(np.array([1, 1, block], dtype=np.int64), "spread")])
             chosen = em.op("GatherElements", [view, spread], axis=1)
-        within = em.op("ArgMax", [chosen], axis=2, keepdims=1)  # [R, 1, 1]
+        within = self.first_max(em, chosen, 2)  # [R, 1, 1]
         in_block = em.op("Equal", [first_block, em.const(np.arange(blocks).reshape(blocks, 1), "block_iota")])
         at = em.op("Equal", [within, em.const(np.arange(block), "iota")])
         return em.op("And", [in_block, at])
@@ -215,7 +223,7 @@ class HardmaxDecomposition(Rule):
         assert axis >= 0
         # keepdims=1 keeps the indices at least 1-D (OneHot needs that); the one-hot then has an
         # extra size-1 dim right after the axis, which the final Reshape to Shape(x) drops.
-        index = em.op("ArgMax", [v], axis=axis, keepdims=1)
+        index = self.first_max(em, v, axis)
         depth = em.op("Gather", [em.op("Shape", [v]), em.const(np.array([axis], dtype=np.int64), "axis")], axis=0)
         values = em.const(np.array([0, 1], dtype=np.float32), "values")
         one_hot = em.op("OneHot", [index, depth, values], axis=axis)
@@ -264,7 +272,7 @@ class HardmaxDecomposition(Rule):
                       f"than the {EYE_MAX}x{EYE_MAX} allowed; target opset >= 7")
         eye = em.const(np.eye(size, dtype=_NUMPY_TYPES[elem]), "eye")
         if not flatten:
-            index = em.op("ArgMax", [x], axis=axis, keepdims=0)
+            index = self.first_max(em, x, axis, keepdims=0)
             if axis == rank - 1:
                 em.op("Gather", [eye, index], [y], axis=0)
                 return
@@ -272,7 +280,7 @@ class HardmaxDecomposition(Rule):
             em.op("Transpose", [rows], [y], perm=[*range(axis), rank - 1, *range(axis, rank - 1)])
             return
         flat = em.op("Flatten", [x], axis=axis)
-        index = em.op("ArgMax", [flat], axis=1, keepdims=0)
+        index = self.first_max(em, flat, 1, keepdims=0)
         rows = em.op("Gather", [eye, index], axis=0)
         if (em.version_of("Reshape") or 0) >= 5:
             em.op("Reshape", [rows, em.op("Shape", [x])], [y])
@@ -299,9 +307,10 @@ def _iota(em: Emitter, size: int, trailing: int) -> str:
     return iota
 
 
-#: Ops that keep an empty input with non-empty reduced axes empty (checked by verification's empty binding).
-_EMPTY_SAFE = frozenset({"ArgMax", "Cast", "CastLike", "Equal", "Range", "Gather", "Shape", "Reshape", "Flatten",
-                         "Constant"})
+#: Ops that keep an empty input with non-empty reduced axes empty (checked by verification's empty binding;
+#: TopK(k=1), which ``hardmax-topk`` uses for ArgMax, measured so in onnxruntime 1.32 at TopK-1, 10 and 11).
+_EMPTY_SAFE = frozenset({"ArgMax", "TopK", "Cast", "CastLike", "Equal", "Range", "Gather", "Shape", "Reshape",
+                         "Flatten", "Constant"})
 
 
 def _empty_safe(nodes: list[onnx.NodeProto]) -> bool:

@@ -1,0 +1,197 @@
+"""Backend forms that find a first extremum with ``TopK(k=1)``, and Shape's ``start``/``end`` as a Slice.
+
+Some backends break ArgMax/Hardmax ties wrongly (they may return a later maximum) or ignore
+Shape-15's ``start``/``end``; a profile (``--for BACKEND``) then names one of these exact forms:
+
+* :class:`ArgTopKForm` (``argmax-topk``): ArgMax/ArgMin → ``TopK(k=1)``'s indices (``Squeeze`` for
+  ``keepdims=0``; ``select_last_index=1`` through the reversed axis, as ``argmax-flip`` does);
+* :class:`HardmaxTopKForm` (``hardmax-topk``): Hardmax → the ``hardmax`` decomposition's one-hot, each
+  first maximum found by ``TopK(k=1)`` instead of ``ArgMax``;
+* :class:`ShapeSliceForm` (``shape-slice``): Shape (15+) with ``start``/``end`` → ``Shape`` + ``Slice``.
+
+Why ``TopK(k=1)`` is the first extremum: ONNX says TopK returns "the lower index first" among
+equal values. onnxruntime's CPU kernel does so: for ``k == 1``, ``FindTopKElements`` keeps the
+first element and replaces it only on a strictly greater (``largest``) or strictly smaller value
+(``CompareValueOnly`` is ``>``/``<``), so an equal value later never wins (microsoft/onnxruntime,
+``onnxruntime/core/providers/cpu/math/top_k.cc``, commit 0606f7d6a37fb8dfc2cde779e3cf4dd02fe457ea;
+measured the same with onnxruntime 1.32.0 on ties, all-equal rows and ±inf by
+``tests/test_backend_topk_forms.py``). NaN is left open by ONNX for both ops: a NaN row's index
+follows TopK (which keeps a leading NaN, and skips a later one), and verification records any NaN
+difference without judging it.
+
+Types: TopK-1/10 take float16/float/double, TopK-11 the integer types too, TopK-24 bfloat16.
+What TopK at the target cannot take is widened exactly (bfloat16 → float32 with Cast-13;
+int8/16/32 and uint8/16/32 → double below TopK-11, with Cast-6), or refused (int64/uint64 below
+TopK-11: double cannot hold them all). ArgMin below TopK-11 (no ``largest``) takes the maximum
+of ``Neg(x)``, exact on the float types (negation only flips the sign).
+"""
+
+from __future__ import annotations
+
+import functools
+
+import numpy as np
+import onnx
+
+from lowerer.rules.backend_forms import SelectLastIndexForm
+from lowerer.rules.hardmax_decomposition import HardmaxDecomposition
+from lowerer.steps import generic
+from lowerer.steps.emitter import Emitter, Rule, attr, normalize_axis
+
+__all__ = ["ArgTopKForm", "HardmaxTopKForm", "ShapeSliceForm", "first_extremum_topk"]
+
+T = onnx.TensorProto
+INT64_MAX = int(np.iinfo(np.int64).max)
+#: Integer types a double holds exactly (every value, so order and ties are kept).
+_IN_DOUBLE = frozenset({T.INT8, T.INT16, T.INT32, T.UINT8, T.UINT16, T.UINT32})
+
+
+def _type_name(elem: int) -> str:
+    return str(T.DataType.Name(elem)).lower()
+
+
+@functools.lru_cache(maxsize=64)
+def _takes(op: str, opset: int) -> frozenset[int]:
+    """The element types ``op``'s first input takes at ``opset`` (from its schema)."""
+    allowed = generic.formal_types(op, opset)[0][0][0]
+    return frozenset(v for v in T.DataType.values() if f"tensor({_type_name(v)})" in allowed)
+
+
+def _widening(em: Emitter, v: str, elem: int | None) -> int | None:
+    """The type ``v`` is widened to (exactly) for TopK at the target, or None when TopK takes it; else a refusal."""
+    version = em.version_of("TopK")
+    assert version is not None  # TopK exists from opset 1
+    takes = _takes("TopK", em.opset)
+    if elem is None:
+        if _takes(em.node.op_type, em.opset) <= takes:
+            return None
+        elem = em.require_elem_type(v, f"TopK-{version} (opset {em.opset}) takes only "
+                                       f"{', '.join(sorted(_type_name(t) for t in takes))}")
+    if elem in takes:
+        return None
+    if elem == T.BFLOAT16 and em.opset >= 13:
+        return T.FLOAT
+    if elem in _IN_DOUBLE and em.opset >= 6:
+        return T.DOUBLE
+    what = "target opset >= 11 (TopK-11 takes the integer types)" if version < 11 else "a type TopK takes"
+    em.refuse(f"the first extremum is found by TopK-{version} (opset {em.opset}), which takes "
+              f"{', '.join(sorted(_type_name(t) for t in takes))}, not {_type_name(elem)}, and no exact "
+              f"widening reaches one of them; {what}")
+
+
+def first_extremum_topk(em: Emitter, v: str, axis: int, keepdims: int | None, largest: bool,
+                        outputs: list[str] | None = None) -> str:
+    """The int64 index of the first maximum (``largest``) or minimum of ``v`` along ``axis``, as ArgMax/ArgMin.
+
+    ``TopK(k=1)``'s indices (size 1 along ``axis``), squeezed when ``keepdims`` is 0; written to
+    ``outputs`` when given. TopK-1 takes ``k`` as an attribute, TopK-10 as an input, TopK-11 also
+    ``largest`` (below it a minimum is the maximum of ``Neg(v)``, float types only).
+    """
+    version = em.version_of("TopK")
+    assert version is not None
+    wide = _widening(em, v, em.elem_type(v))
+    if wide is not None:
+        v = em.op("Cast", [v], to=wide)
+    if not largest and version < 11:
+        v = em.op("Neg", [v])
+    squeeze = keepdims == 0
+    base = em.node.output[0] if em.node.output else "topk"
+    values = em.fresh(f"{base}_topk_values")
+    index = outputs[0] if outputs and not squeeze else em.fresh(f"{base}_topk_index")
+    if version < 10:
+        em.op("TopK", [v], [values, index], axis=axis, k=1)
+    else:
+        k = em.const(np.array([1], dtype=np.int64), "k")
+        em.op("TopK", [v, k], [values, index], axis=axis, largest=(None if version < 11 else int(largest)))
+    if not squeeze:
+        return index
+    squeeze_version = em.version_of("Squeeze") or 1
+    if axis < 0 and squeeze_version < 11:
+        axis = normalize_axis(axis, em.require_rank(v, "to squeeze the axis with Squeeze below opset 11"))
+    if squeeze_version >= 13:
+        return em.op("Squeeze", [index, em.const(np.array([axis], dtype=np.int64), "axes")], outputs)
+    return em.op("Squeeze", [index], outputs, axes=[axis])
+
+
+class ArgTopKForm(SelectLastIndexForm):
+    """``ArgMax``/``ArgMin`` (1, 11, 12, 13) → ``TopK(k=1)``'s indices, exactly.
+
+    Cases:
+
+    1. ``TopK(k=1, axis)`` (``largest=0`` for ArgMin from TopK-11; below it ``Neg`` first), its
+       int64 indices the result; ``Squeeze(axis)`` for ``keepdims=0``;
+    2. ``select_last_index=1``: the axis reversed (``Gather`` with a reversed table for a static size,
+       ``Slice`` with step -1 otherwise), case 1, the index mapped back, as ``argmax-flip`` does;
+    3. an element type TopK at the target cannot take: widened exactly (see the module), else
+       refused naming the type and the TopK version; a negative axis below opset 11 made
+       non-negative (needs the rank).
+    """
+
+    name = "argmax-topk"
+    decomposition = "argmax-topk"
+
+    def rewrite(self, em: Emitter) -> None:
+        """Emit the TopK form of ``em.node``."""
+        node = em.node
+        x = node.input[0]
+        axis = attr(node, "axis", 0)
+        assert axis is not None
+        keepdims = attr(node, "keepdims", 1)
+        select_last = attr(node, "select_last_index", 0) if em.source_version >= 12 else 0
+        if axis < 0 and em.opset < 11:
+            axis = normalize_axis(axis, em.require_rank(x, "to make the negative axis non-negative"))
+        _widening(em, x, em.elem_type(x))  # refuse before emitting anything
+        if select_last:
+            self._emulate_select_last(em, x, axis, keepdims)
+            return
+        self._first_extremum(em, x, axis, keepdims, list(node.output))
+
+    def _first_extremum(self, em: Emitter, v: str, axis: int, keepdims: int | None,
+                        outputs: list[str] | None = None) -> str:
+        return first_extremum_topk(em, v, axis, keepdims, em.node.op_type == "ArgMax", outputs)
+
+
+class HardmaxTopKForm(HardmaxDecomposition):
+    """``Hardmax`` (1, 11, 13) → the ``hardmax`` decomposition with each first maximum from ``TopK(k=1)``.
+
+    The one-hot, the coerced-to-2-D meaning of versions 1/11 (``Flatten`` → one-hot → ``Reshape``
+    back), the two-level search on a long last axis, bfloat16's widening and the guard of a
+    possibly empty input are :class:`~lowerer.rules.hardmax_decomposition.HardmaxDecomposition`'s,
+    unchanged: only :meth:`first_max` differs.
+    """
+
+    name = "hardmax-topk"
+    decomposition = "hardmax-topk"
+
+    def first_max(self, em: Emitter, v: str, axis: int, keepdims: int = 1) -> str:
+        """The index of the first maximum of ``v`` along ``axis``: ``TopK(k=1)``'s indices."""
+        return first_extremum_topk(em, v, axis, keepdims, largest=True)
+
+
+class ShapeSliceForm(Rule):
+    """``Shape`` (15+) with ``start``/``end`` → ``Shape`` without them + ``Slice`` on axis 0, exactly.
+
+    Shape clamps ``start``/``end`` (negative: counted from the back) to ``[0, rank]`` and gives an
+    empty result when ``start >= end``; Slice-13 clamps its constant ``starts``/``ends`` the same
+    way (an absent ``end`` is ``INT64_MAX``). A Shape with neither (or ``start=0`` alone) stays as it is.
+    """
+
+    name = "shape-slice"
+    op_types = ("Shape",)
+    versions = (15, 19, 21, 23, 24, 25)
+    decomposition = "shape-slice"
+
+    def rewrite(self, em: Emitter) -> None:
+        """Emit ``Shape`` + ``Slice`` for ``em.node``."""
+        node = em.node
+        start = attr(node, "start")
+        end = attr(node, "end")
+        if start in (None, 0) and end is None:
+            em.copy_node()
+            return
+        whole = em.fresh(f"{node.output[0]}_whole")
+        copy = em.copy_node(start=None, end=None)
+        copy.output[0] = whole
+        em.op("Slice", [whole, em.const(np.array([start or 0], dtype=np.int64), "starts"),
+                        em.const(np.array([INT64_MAX if end is None else end], dtype=np.int64), "ends"),
+                        em.const(np.array([0], dtype=np.int64), "axes")], list(node.output))
