@@ -158,8 +158,35 @@ def loop_from_scan(em: Emitter, node: onnx.NodeProto, body: onnx.GraphProto, ops
         if values and any(values):
             em.refuse(f"{name}={values}; the Loop it becomes below Scan-8 stacks scan outputs forward along axis 0")
     axes = _ints(attribute_value(node, "scan_input_axes")) or [0] * n_scan
+    length, normalized = _scanned_length(em, inputs[n_state:], axes)
+    typed = body_input_types(node, opset or em.opset, em.facts.type_of, em.facts.symbols, em.facts.value)
+    label = node.name or "Scan"
+    count, cond_in, cond_out = (em.fresh(f"{node.output[0] or 'scan'}_{h}") for h in ("i", "cond", "cond_out"))
+    em.facts.add_type(count, (onnx.TensorProto.INT64, []))
+    em.facts.add_type(cond_in, (onnx.TensorProto.BOOL, []))
     directions = _ints(attribute_value(node, "scan_input_directions")) or [0] * n_scan
-    scanned = inputs[n_state:]
+    made = _slices(em, label, list(zip(body.input[n_state:], inputs[n_state:], normalized, directions, strict=False)),
+                   count, length)
+    made.append(onnx.helper.make_node("Identity", [cond_in], [cond_out], name=em.fresh(f"{label}/cond")))
+    states = [_state_input(em, formal, typed.get(formal.name)) for formal in body.input[:n_state]]
+    copies = []
+    for n in body.node:
+        c = onnx.NodeProto()
+        c.CopyFrom(n)
+        copies.append(c)
+    loop_body = onnx.helper.make_graph(
+        [*made, *copies], em.fresh(f"{body.name or 'scan'}_loop"),
+        [onnx.helper.make_tensor_value_info(count, onnx.TensorProto.INT64, []),
+         onnx.helper.make_tensor_value_info(cond_in, onnx.TensorProto.BOOL, []), *states],
+        [onnx.helper.make_tensor_value_info(cond_out, onnx.TensorProto.BOOL, []), *body.output],
+        initializer=list(body.initializer), value_info=list(body.value_info))
+    trips = em.const(np.array(length, np.int64), "trips")
+    return onnx.helper.make_node("Loop", [trips, "", *inputs[:n_state]], list(node.output),
+                                 name=em.fresh(f"{label}/Loop"), body=loop_body)
+
+
+def _scanned_length(em: Emitter, scanned: list[str], axes: list[int]) -> tuple[int, list[int]]:
+    """The scanned axes' one static positive size and the axes made non-negative; refused otherwise."""
     lengths = set()
     normalized = []
     for x, axis in zip(scanned, axes, strict=False):
@@ -174,48 +201,39 @@ def loop_from_scan(em: Emitter, node: onnx.NodeProto, body: onnx.GraphProto, ops
         em.refuse(f"the scanned axes' sizes are {sorted(map(str, lengths))}; the Loop it becomes below Scan-8 "
                   "needs them static and positive (a Loop of no iteration cannot state its scan outputs)")
     (length,) = lengths
-    i64 = np.int64
-    typed = body_input_types(node, opset or em.opset, em.facts.type_of, em.facts.symbols, em.facts.value)
-    label = node.name or "Scan"
-    count, cond_in, cond_out = (em.fresh(f"{node.output[0] or 'scan'}_{h}") for h in ("i", "cond", "cond_out"))
-    em.facts.add_type(count, (onnx.TensorProto.INT64, []))
-    em.facts.add_type(cond_in, (onnx.TensorProto.BOOL, []))
+    return int(length or 0), normalized
+
+
+def _slices(em: Emitter, label: str, scanned: list[tuple[onnx.ValueInfoProto, str, int, int]], count: str,
+            length: int) -> list[onnx.NodeProto]:
+    """The Loop body's Gathers of slice ``count`` (``length - 1 - count`` backwards) of each scanned input.
+
+    ``scanned``: (the Scan body's input, the outer input, its scan axis, whether it is read backwards).
+    """
     made: list[onnx.NodeProto] = []
     reverse_index = ""
-    for formal, x, axis, backwards in zip(body.input[n_state:], scanned, normalized, directions, strict=False):
+    for formal, x, axis, backwards in scanned:
         index = count
         if backwards:
             if not reverse_index:
                 reverse_index = em.fresh(f"{formal.name}_at")
-                last = em.const(np.array(int(length or 0) - 1, i64), "last")
+                last = em.const(np.array(length - 1, np.int64), "last")
                 made.append(onnx.helper.make_node("Sub", [last, count], [reverse_index], name=em.fresh(f"{label}/Sub")))
             index = reverse_index
         em.facts.mark_non_negative(index)
         made.append(onnx.helper.make_node("Gather", [x, index], [formal.name], axis=axis,
                                           name=em.fresh(f"{label}/Gather")))
-    made.append(onnx.helper.make_node("Identity", [cond_in], [cond_out], name=em.fresh(f"{label}/cond")))
-    states = []
-    for formal in body.input[:n_state]:
-        info = onnx.ValueInfoProto()
-        info.CopyFrom(formal)
-        found = typed.get(formal.name)
-        if found is not None and found[0]:
-            em.facts.add_type(formal.name, (found[0], None if found[1] is None else
-                                            [d if isinstance(d, int) else None for d in found[1]]))
-            if not info.type.tensor_type.elem_type:
-                info.type.tensor_type.elem_type = found[0]
-        states.append(info)
-    copies = []
-    for n in body.node:
-        c = onnx.NodeProto()
-        c.CopyFrom(n)
-        copies.append(c)
-    loop_body = onnx.helper.make_graph(
-        [*made, *copies], em.fresh(f"{body.name or 'scan'}_loop"),
-        [onnx.helper.make_tensor_value_info(count, onnx.TensorProto.INT64, []),
-         onnx.helper.make_tensor_value_info(cond_in, onnx.TensorProto.BOOL, []), *states],
-        [onnx.helper.make_tensor_value_info(cond_out, onnx.TensorProto.BOOL, []), *body.output],
-        initializer=list(body.initializer), value_info=list(body.value_info))
-    trips = em.const(np.array(int(length or 0), i64), "trips")
-    return onnx.helper.make_node("Loop", [trips, "", *inputs[:n_state]], list(node.output),
-                                 name=em.fresh(f"{label}/Loop"), body=loop_body)
+    return made
+
+
+def _state_input(em: Emitter, formal: onnx.ValueInfoProto, found: tuple[int, list[int | str | None] | None] | None
+                 ) -> onnx.ValueInfoProto:
+    """The Loop body's input for a Scan state ``formal``, typed as the body provably receives it (``found``)."""
+    info = onnx.ValueInfoProto()
+    info.CopyFrom(formal)
+    if found is not None and found[0]:
+        em.facts.add_type(formal.name, (found[0], None if found[1] is None else
+                                        [d if isinstance(d, int) else None for d in found[1]]))
+        if not info.type.tensor_type.elem_type:
+            info.type.tensor_type.elem_type = found[0]
+    return info
