@@ -10,7 +10,9 @@ same passes, in this order, over one :class:`State`:
 4. ``validate``: the output against its target's schemas and onnx's checker (:mod:`lowerer.validation`);
 5. ``verify-model``: the whole original and converted models run and compared (``verify_model``);
 6. ``optimize``: onnxscript's optimizer, and the comparison of its result (``optimize``);
-7. ``placement``: the backend's provider opens the model with CPU fallback off (``for_backend``).
+7. ``placement``: the backend's provider opens the model with CPU fallback off (``for_backend``);
+8. ``deployment``: the converted model runs on the backend's own runtime where it is installed (OpenVINO,
+   rknn-toolkit2's simulator ...) and is compared with onnxruntime CPU (:mod:`lowerer.backends.deployment`).
 
 The contract, enforced by :class:`Pass`: a pass runs only where :meth:`Pass.applies`, works on
 ``state.model`` (only ``optimize`` replaces it), never replaces the options, and its time is recorded in
@@ -272,9 +274,29 @@ class PlacementPass(Pass):
         prove(state.model, state.plan, state.report, state.source_dir)
 
 
+class DeploymentPass(Pass):
+    """The converted model run on the backend's own runtime where it is installed, compared with onnxruntime CPU."""
+
+    name = "deployment"
+
+    def applies(self, state: State) -> bool:
+        return state.plan is not None and state.options.verify
+
+    def run(self, state: State) -> None:
+        from lowerer.backends.deployment import check_deployment
+
+        assert state.plan is not None
+        original = state.original
+        if original is None and state.serialized is not None:
+            original = onnx.load_from_string(state.serialized)
+        result = check_deployment(original, state.model, state.plan.profile, state.report, seed=state.options.seed,
+                                  data_dir=state.source_dir)
+        logger.info("deployment check: %s", result.reason)
+
+
 #: The passes, in order.
 PIPELINE: tuple[Pass, ...] = (ConvertPass(), BackendPass(), CleanupPass(), ValidatePass(), ModelCheckPass(),
-                              OptimizePass(), PlacementPass())
+                              OptimizePass(), PlacementPass(), DeploymentPass())
 
 
 def run_passes(state: State, passes: tuple[Pass, ...] = PIPELINE) -> None:

@@ -158,6 +158,8 @@ def backend_record(profile: Profile, named: list[Finding], rewritten: int, kept:
         "placement": None,
         "placement_detail": None,
         "loads": None if profile.loads is None else profile.loads.to_dict(),
+        "chosen": profile.chosen or None,
+        "deployment": None,
     }
 
 
@@ -262,8 +264,14 @@ def placement_line(record: dict[str, Any]) -> str:
     left = len(record.get("left") or [])
     placement = record.get("placement") or "placement not checked"
     detail = record.get("placement_detail")
-    return (f"backend {record['spec']} ({record['provider']}): {record['rewritten']} node(s) rewritten for it, "
+    line = (f"backend {record['spec']} ({record['provider']}): {record['rewritten']} node(s) rewritten for it, "
             f"{left} left to its fallback; {placement}" + (f" ({detail})" if detail else ""))
+    if record.get("chosen"):
+        line += f"; version: {record['chosen']}"
+    deployment = record.get("deployment")
+    if deployment:
+        line += f"; deployment: {deployment['reason']}"
+    return line
 
 
 def backend_table(info: dict[str, Any]) -> list[str]:

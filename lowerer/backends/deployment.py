@@ -1,0 +1,308 @@
+"""Verify on the deployment runtime: the converted model run where ``--for BACKEND`` says it must run.
+
+When the runtime of the backend named is installed (a :mod:`~lowerer.backends.witnesses` witness:
+OpenVINO, onnxruntime-openvino, rknn-toolkit2's simulator) and its release is the one the profile was
+applied for, the converted model runs there on the verification inputs, and every output is compared
+with the original model run in onnxruntime's CPU provider (the converted one where onnxruntime cannot
+run the original): discrete outputs exactly, float outputs within the profile's ``tolerance`` (a
+difference relative to the output's largest magnitude, with its source: OpenVINO's CPU plugin at
+fp32 reassociates sums; RKNN computes in fp16).
+
+The inputs are the whole-model check's (:func:`lowerer.verification.feeds.generate_sets`: every kind of
+generated values on the dims bound two ways), plus a tie-heavy set: small integers as floats, so
+ArgMax/Hardmax/TopK rows hold ties and ReLU planes are all zero.
+
+A difference, or a model the runtime refuses, fails the conversion (exit 1) with one line naming the
+output, the input set and, where it can be found, the first node whose value departs (both sides of
+the converted model run with every top-level value as an output: the first node whose inputs agree
+and whose output does not). The report records what ran where (``report.backend["deployment"]``). A
+runtime that is not installed, or installed at another release, is recorded as not run.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import onnx
+
+from lowerer.backends.profile import Profile, VersionRange
+from lowerer.backends.witnesses import Witness, WitnessError, find_witness
+from lowerer.errors import VerificationError
+from lowerer.report import Report
+from lowerer.verification.compare import OutputStats, Tolerance, output_scale, statistics
+from lowerer.verification.feeds import FeedSet, generate_sets, merge_specs, model_inputs
+from lowerer.verification.providers import CPU
+from lowerer.verification.runner import SessionMaker
+
+__all__ = ["Deployment", "check_deployment", "witness_for"]
+
+logger = logging.getLogger(__name__)
+
+#: The witnesses that can stand for each runtime a profile names, in the order they are tried.
+_WITNESSES = {"openvino": ("openvino", "onnxruntime-openvino"), "rknn-toolkit2": ("rknn-toolkit2",)}
+#: Above this many top-level nodes the departing node is not searched for (every value would be an output).
+LOCATE_LIMIT = 3000
+
+
+@dataclass
+class Deployment:
+    """What the deployment check did: where it ran, the verdict, and per-output statistics.
+
+    Attributes:
+        status: ``equal``, ``different``, ``failed`` (the runtime refused or died) or ``not-run``.
+        reason: one line.
+        witness: the runtime's label, or None when none ran.
+        reference: what the outputs were compared with (``onnxruntime 1.32.0 CPUExecutionProvider on the original``).
+        outputs: statistics per output.
+        input_sets: labels of the input sets.
+        departs: the first node whose value departs, when found (``'name' (Op)``).
+    """
+
+    status: str
+    reason: str
+    witness: str | None = None
+    reference: str | None = None
+    outputs: list[OutputStats] = field(default_factory=list)
+    input_sets: list[str] = field(default_factory=list)
+    departs: str | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-ready."""
+        return {"status": self.status, "reason": self.reason, "witness": self.witness, "reference": self.reference,
+                "outputs": [o.to_dict() for o in self.outputs], "input_sets": list(self.input_sets),
+                "departs": self.departs}
+
+
+def _holds(named: VersionRange, version: str) -> bool:
+    """Whether release ``version`` (``2026.4.1``) is one ``named`` covers; ``==2026.4`` covers every 2026.4.x."""
+    found = re.match(r"\d+(?:\.\d+)*", version)
+    if found is None:
+        return False
+    parts = [int(p) for p in found.group(0).split(".")]
+    exact = named.low == named.high and named.low[1]
+    if exact:
+        wanted = [p for p in named.low[0] if p >= 0]
+        while len(wanted) > 1 and wanted[-1] == 0:
+            wanted.pop()
+        return parts[:len(wanted)] == wanted
+    point = VersionRange.parse("==", found.group(0))
+    return named.overlaps(point)
+
+
+def witness_for(profile: Profile) -> tuple[Witness | None, str]:
+    """The installed witness of ``profile``'s runtime at a release it names, or None and why not."""
+    runtimes = _WITNESSES.get(profile.runtime)
+    if not runtimes:
+        return None, f"lowerer has no witness for {profile.runtime or profile.name}: the profile was not run"
+    reasons = []
+    for runtime in runtimes:
+        witness, why = find_witness(runtime)
+        if witness is None:
+            reasons.append(why)
+            continue
+        release = _release_of(witness)
+        if _holds(profile.named, release):
+            return witness, ""
+        reasons.append(f"the installed {witness.label} is not {profile.spec}")
+    return None, "; ".join(reasons) + ": the result was not run on the backend"
+
+
+def _release_of(witness: Witness) -> str:
+    """The backend release a witness stands for (onnxruntime-openvino: the OpenVINO it bundles, when it says)."""
+    bundled = re.search(r"openvino (\d+(?:\.\d+)*)", witness.version, re.IGNORECASE)
+    return bundled.group(1) if bundled else witness.version
+
+
+def check_deployment(original: onnx.ModelProto | None, converted: onnx.ModelProto, profile: Profile, report: Report,
+                     *, seed: int = 0, data_dir: Path | None = None) -> Deployment:
+    """Run ``converted`` on the backend's runtime where it is installed; compare; record in ``report.backend``.
+
+    Raises:
+        VerificationError: the runtime refuses the converted model, dies, or computes another value for
+            some output (see the module docstring).
+    """
+    witness, why = witness_for(profile)
+    if witness is None:
+        result = Deployment("not-run", why)
+    elif _has_external_data(converted) or (original is not None and _has_external_data(original)):
+        result = Deployment("not-run", f"{witness.label} was not run: the model's weights are in external data",
+                            witness.label)
+    else:
+        result = _run_check(original, converted, profile, witness, seed, data_dir)
+    if report.backend is not None:
+        report.backend["deployment"] = result.to_dict()
+    if result.status in ("different", "failed"):
+        error = VerificationError(f"{profile.spec}: {result.reason}")
+        error.report = report
+        raise error
+    return result
+
+
+def _has_external_data(model: onnx.ModelProto) -> bool:
+    from lowerer.model_io import external_data_locations
+
+    return bool(external_data_locations(model))
+
+
+def _run_check(original: onnx.ModelProto | None, converted: onnx.ModelProto, profile: Profile, witness: Witness,
+               seed: int, data_dir: Path | None) -> Deployment:
+    reference_model, reference = (original, "the original") if original is not None else (converted, "the converted")
+    sets = _input_sets(reference_model, converted, seed)
+    if isinstance(sets, str):
+        return Deployment("not-run", f"{witness.label} was not run: {sets}", witness.label)
+    maker = SessionMaker([CPU])
+    expected = _run_reference(maker, reference_model, sets, data_dir)
+    if isinstance(expected, str) and original is not None:
+        reference_model, reference = converted, "the converted"
+        expected = _run_reference(maker, converted, sets, data_dir)
+    if isinstance(expected, str):
+        return Deployment("not-run", f"{witness.label} was not run: onnxruntime cannot run the model: {expected}",
+                          witness.label)
+    import onnxruntime
+
+    ref_label = f"onnxruntime {onnxruntime.__version__} CPU on {reference} model"
+    labels = [s.label for s in sets]
+    try:
+        got = witness.run_sets(converted, [s.feeds for s in sets])
+    except WitnessError as e:
+        where = f" (input set {labels[e.input_set]})" if e.input_set is not None else ""
+        return Deployment("failed", f"{witness.label} cannot {_verb(e.stage)} the converted model{where}: "
+                                    f"{_short(str(e))}", witness.label, ref_label, input_sets=labels)
+    stats = _compare(converted, expected, got, sets, profile.tolerance)
+    bad = [s for s in stats if not s.ok]
+    if not bad:
+        return Deployment("equal", f"ran on {witness.label}: {len(stats)} output(s) equal to {ref_label} "
+                                   f"({_judged(stats, profile.tolerance)}) on {len(sets)} input set(s)",
+                          witness.label, ref_label, stats, labels)
+    departs = _locate(converted, witness, sets, bad[0], profile.tolerance)
+    first = bad[0]
+    where = f"; the first node that departs there: {departs}" if departs else ""
+    reason = (f"the converted model computes otherwise on {witness.label}: output {first.name!r} differs from "
+              f"{ref_label} ({_describe(first)}, input set {first.worst_input_set}){where}")
+    return Deployment("different", reason, witness.label, ref_label, stats, labels, departs)
+
+
+def _verb(stage: str) -> str:
+    return {"load": "load", "compile": "compile", "run": "run"}.get(stage, "run")
+
+
+def _short(text: str, limit: int = 400) -> str:
+    one = " ".join(text.split())
+    return one if len(one) <= limit else one[:limit] + " ..."
+
+
+def _input_sets(reference: onnx.ModelProto, converted: onnx.ModelProto, seed: int) -> list[FeedSet] | str:
+    """The generated input sets (the whole-model check's) plus a tie-heavy one."""
+    import zlib
+
+    specs_a, specs_b = model_inputs(reference), model_inputs(converted)
+    if isinstance(specs_a, str):
+        return specs_a
+    if isinstance(specs_b, str):
+        return specs_b
+    merged = merge_specs(specs_a, specs_b, ("original", "converted"))
+    if isinstance(merged, str):
+        return merged
+    sets, _ = generate_sets(reference, merged, seed_key=[seed, zlib.crc32(b"deployment")])
+    if not sets:
+        return "no input sets could be made"
+    rng = np.random.default_rng([seed, 7])
+    tied = {}
+    for name, value in sets[0].feeds.items():
+        tied[name] = rng.integers(-2, 3, size=value.shape).astype(value.dtype) if value.dtype.kind == "f" else value
+    return [*sets, FeedSet(f"ties ({sets[0].label.split(' ', 1)[-1]})", tied)]
+
+
+def _run_reference(maker: SessionMaker, model: onnx.ModelProto, sets: list[FeedSet],
+                   data_dir: Path | None) -> list[list[np.ndarray]] | str:
+    engine = maker.create(model, data_dir)
+    if isinstance(engine, str):
+        return engine
+    out = []
+    for s in sets:
+        try:
+            out.append(engine.run(s.feeds))
+        except Exception as e:
+            return f"input set {s.label}: {_short(str(e))}"
+    return out
+
+
+def _tolerance(expected: np.ndarray, relative: float) -> Tolerance:
+    return Tolerance(atol=relative * output_scale(expected))
+
+
+def _compare(converted: onnx.ModelProto, expected: list[list[np.ndarray]], got: list[list[np.ndarray]],
+             sets: list[FeedSet], relative: float) -> list[OutputStats]:
+    names = [o.name for o in converted.graph.output]
+    stats: list[OutputStats] = []
+    for j, name in enumerate(names):
+        merged: OutputStats | None = None
+        for k, s in enumerate(sets):
+            want, have = expected[k][j], got[k][j] if j < len(got[k]) else np.array([])
+            one = statistics(want, np.asarray(have), _tolerance(want, relative), name=name,
+                             sides=("onnxruntime", "backend"))
+            one.worst_input_set = s.label
+            merged = one if merged is None else merged.merge(one)
+        if merged is not None:
+            stats.append(merged)
+    return stats
+
+
+def _describe(stats: OutputStats) -> str:
+    if stats.what:
+        return stats.what
+    return f"{stats.mismatches} of {stats.count} values, largest difference {stats.max_abs:.3g}"
+
+
+def _judged(stats: list[OutputStats], relative: float) -> str:
+    if all(s.discrete or s.max_abs == 0 for s in stats):
+        return "exactly"
+    return f"within {relative:g} x each output's largest magnitude"
+
+
+def _locate(converted: onnx.ModelProto, witness: Witness, sets: list[FeedSet], bad: OutputStats,
+            relative: float) -> str | None:
+    """The first top-level node whose output departs on the witness while its inputs agree (None: not found)."""
+    graph = converted.graph
+    if len(graph.node) > LOCATE_LIMIT:
+        return None
+    index = next((k for k, s in enumerate(sets) if s.label == bad.worst_input_set), len(sets) - 1)
+    feeds = sets[index].feeds
+    names = [o for n in graph.node for o in n.output if o]
+    probe = onnx.ModelProto()
+    probe.CopyFrom(converted)
+    known = {o.name for o in probe.graph.output}
+    for name in names:
+        if name not in known:
+            probe.graph.output.append(onnx.ValueInfoProto(name=name))
+            known.add(name)
+    wanted = [o.name for o in probe.graph.output]
+    engine = SessionMaker([CPU]).create(probe)
+    if isinstance(engine, str):
+        return None
+    try:
+        want = dict(zip(wanted, engine.run(feeds), strict=True))
+        have = dict(zip(wanted, witness.run(probe, feeds, wanted), strict=True))
+    except (WitnessError, Exception):  # a value the runtime fused away cannot be asked for: no finding
+        return None
+    for node in graph.node:  # in topological order: the first node that departs has inputs that agree
+        for out in node.output:
+            if out and out in want and out in have and \
+                    not statistics(want[out], np.asarray(have[out]), _tolerance(want[out], relative)).ok:
+                return _node_label(converted, node)
+    return None
+
+
+def _node_label(model: onnx.ModelProto, node: onnx.NodeProto) -> str:
+    """``'name' (Op-v)``: the node and its op's since-version at the model's opset."""
+    from lowerer.opsets import default_opset, is_default_domain, since_version
+
+    opset = default_opset(model.opset_import)
+    version = since_version(node.op_type, opset) if is_default_domain(node.domain) and opset is not None else None
+    op = f"{node.op_type}-{version}" if version is not None else node.op_type
+    return f"{node.name or node.op_type!r} ({op})"

@@ -1,0 +1,161 @@
+"""The deployment check: the converted model run on the backend's own runtime and compared with onnxruntime CPU.
+
+The witness machinery is tested on onnxruntime's CPU provider (always there), a witness made to
+depart, and a witness that dies; OpenVINO itself where it is installed (the test extra installs it,
+so CI runs these): ``--for openvino`` runs the result on OpenVINO and says so, and a deliberately wrong
+profile (the entry that fixes Softmax-11 on a non-last axis removed) makes it exit 1 naming the output.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import importlib.util
+import json
+import os
+import stat
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import onnx
+import pytest
+from onnx import TensorProto, helper
+
+import lowerer
+from lowerer.backends import deployment, profile
+from lowerer.backends.witnesses import Witness, WitnessError
+from lowerer.errors import VerificationError
+
+ROOT = Path(__file__).resolve().parents[1]
+EXAMPLE = ROOT / "examples" / "example_opset11.onnx"
+HAS_OPENVINO = importlib.util.find_spec("openvino") is not None
+CPU_WITNESS = Witness("onnxruntime:CPUExecutionProvider", "cpu")
+
+
+def _softmax_model(opset: int = 11, axis: int = 1) -> onnx.ModelProto:
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, ["n", 4, 5])
+    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, ["n", 4, 5])
+    node = helper.make_node("Softmax", ["x"], ["y"], axis=axis, name="soft")
+    graph = helper.make_graph([node], "g", [x], [y])
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)], ir_version=7)
+
+
+@pytest.fixture
+def cpu_witness(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every profile's witness is onnxruntime's CPU provider (the runtime lowerer verifies on)."""
+    monkeypatch.setattr(deployment, "witness_for", lambda p: (CPU_WITNESS, ""))
+
+
+def test_witness_runs_sets_in_a_worker() -> None:
+    model = _softmax_model()
+    sets = [{"x": np.full((n, 4, 5), v, np.float32)} for n, v in ((1, 0.0), (3, 2.0))]
+    out = CPU_WITNESS.run_sets(model, sets)
+    assert [o[0].shape for o in out] == [(1, 4, 5), (3, 4, 5)]
+    assert np.allclose(out[0][0], 1 / 20)
+
+
+def test_equal_on_the_witness_is_recorded(cpu_witness: None) -> None:
+    result = lowerer.convert(_softmax_model(), target_opset=13, for_backend="openvino==2024.0")
+    record = result.report.backend
+    assert record is not None and record["deployment"]["status"] == "equal"
+    assert "ran on onnxruntime cpu CPUExecutionProvider" in record["deployment"]["reason"]
+    assert record["deployment"]["input_sets"][-1].startswith("ties")
+
+
+def test_a_departing_witness_fails_naming_output_and_node(cpu_witness: None, monkeypatch: pytest.MonkeyPatch) -> None:
+    real = Witness.run_sets
+
+    def departs(self: Witness, model: onnx.ModelProto, sets: object, outputs: object = None,
+                timeout: float = 0) -> list[list[np.ndarray]]:
+        got = real(self, model, sets, outputs)  # type: ignore[arg-type]
+        return [[v + np.float32(0.5) if v.dtype == np.float32 else v for v in row] for row in got]
+
+    monkeypatch.setattr(Witness, "run_sets", departs)
+    with pytest.raises(VerificationError) as e:
+        lowerer.convert(_softmax_model(), target_opset=13, for_backend="openvino==2024.0")
+    text = str(e.value)
+    assert "output 'y' differs" in text and "computes otherwise on onnxruntime cpu" in text
+    assert "first node that departs" in text
+    assert e.value.report is not None and e.value.report.backend["deployment"]["status"] == "different"
+
+
+def test_a_witness_that_dies_is_a_failure_not_a_signal(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    fake = tmp_path / "python"
+    fake.write_text("#!/bin/sh\nkill -SEGV $$\n")
+    fake.chmod(fake.stat().st_mode | stat.S_IEXEC)
+    dying = Witness("openvino", "2024.0.0", str(fake))
+    with pytest.raises(WitnessError) as e:
+        dying.run(_softmax_model(), {"x": np.zeros((1, 4, 5), np.float32)})
+    assert e.value.stage == "crash" and "SIGSEGV" in str(e.value)
+    monkeypatch.setattr(deployment, "witness_for", lambda p: (dying, ""))
+    with pytest.raises(VerificationError, match="cannot run the converted model.*SIGSEGV"):
+        lowerer.convert(_softmax_model(), target_opset=13, for_backend="openvino==2024.0")
+
+
+def test_not_installed_is_said_and_passes(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(deployment, "find_witness", lambda runtime: (None, f"{runtime} is not installed here"))
+    result = lowerer.convert(_softmax_model(), target_opset=13, for_backend="openvino==2024.0")
+    record = result.report.backend
+    assert record is not None and record["deployment"]["status"] == "not-run"
+    assert "was not run on the backend" in record["deployment"]["reason"]
+
+
+def test_no_verify_runs_no_deployment_check(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(deployment, "witness_for", lambda p: pytest.fail("the check ran"))
+    result = lowerer.convert(_softmax_model(), target_opset=13, for_backend="openvino==2024.0", verify=False)
+    assert result.report.backend is not None and result.report.backend["deployment"] is None
+
+
+def test_a_release_other_than_the_named_one_is_not_run(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(deployment, "find_witness", lambda runtime: (Witness(runtime, "2026.4.1"), ""))
+    witness, why = deployment.witness_for(profile.load_profile("openvino==2024.0"))
+    assert witness is None and "is not openvino==2024.0" in why
+    witness, _ = deployment.witness_for(profile.load_profile("openvino==2026.4"))
+    assert witness is not None
+    witness, _ = deployment.witness_for(profile.load_profile("openvino>=2025"))
+    assert witness is not None
+
+
+def test_unnamed_version_is_the_installed_release(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(profile, "installed_version", lambda runtime: "2024.0.0")
+    chosen = profile.load_profile("openvino")
+    assert chosen.chosen == "the installed release (OpenVINO 2024.0.0)"
+    assert chosen.loads is not None and chosen.loads.version <= "2024.0"
+    monkeypatch.setattr(profile, "installed_version", lambda runtime: None)
+    newest = profile.load_profile("openvino")
+    assert "newest row" in newest.chosen and "not installed" in newest.chosen
+
+
+def _run_cli(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "lowerer", *args], capture_output=True, text=True, timeout=600,
+                          env={**os.environ, **(env or {})}, check=False)
+
+
+@pytest.mark.skipif(not HAS_OPENVINO, reason="OpenVINO is not installed (the test extra installs it)")
+def test_for_openvino_runs_on_openvino_and_says_so(tmp_path: Path) -> None:
+    out, report = tmp_path / "out.onnx", tmp_path / "report.json"
+    done = _run_cli("convert", str(EXAMPLE), "-o", str(out), "--for", "openvino", "--report", str(report))
+    assert done.returncode == 0, done.stderr
+    assert "deployment: ran on OpenVINO" in done.stderr
+    record = json.loads(report.read_text())["summary"]["backend"] if "summary" in json.loads(report.read_text()) \
+        else json.loads(report.read_text())["backend"]
+    assert record["deployment"]["status"] == "equal"
+    assert record["chosen"].startswith("the installed release (OpenVINO ")
+
+
+@pytest.mark.skipif(not HAS_OPENVINO, reason="OpenVINO is not installed (the test extra installs it)")
+def test_a_wrong_profile_entry_fails_on_openvino(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # The profile without its entries: Softmax-11 on a non-last axis stays as it is, and OpenVINO computes it
+    # with opset 13's meaning (measured on 2023.0 to 2026.4). The deployment check must refuse the result.
+    real = profile.load_profile
+
+    def stripped(spec: object) -> profile.Profile:
+        return dataclasses.replace(real(spec), entries=())
+
+    monkeypatch.setattr("lowerer.options.load_profile", stripped, raising=False)
+    monkeypatch.setattr(profile, "load_profile", stripped)
+    with pytest.raises(VerificationError) as e:
+        lowerer.convert(onnx.load(EXAMPLE), for_backend="openvino")
+    assert "output 'soft' differs" in str(e.value)
+    assert "Softmax-11" in str(e.value)
