@@ -21,7 +21,7 @@ from lowerer.opsets import since_version
 from lowerer.scopes import Scope, has_subgraphs
 from lowerer.shapes import ShapeIndex, ValueType, type_proto, type_string, value_type
 
-__all__ = ["Facts"]
+__all__ = ["Facts", "checked_type"]
 
 logger = logging.getLogger(__name__)
 
@@ -254,6 +254,30 @@ class Facts:
             elif (spelled := type_string(tp)) is not None:
                 self._spelled[o] = spelled
         return self._types.get(name)
+
+
+def _complete(vt: ValueType) -> bool:
+    return vt[0] != 0 and vt[1] is not None and None not in vt[1]
+
+
+def _typed(vt: ValueType) -> bool:
+    return vt[0] != 0 and vt[1] is not None
+
+
+def checked_type(shapes: ShapeIndex, constants: ConstantIndex, scope: Scope, name: str) -> ValueType | None:
+    """The type the per-rewrite check feeds for ``name``: what the rules were given to build on.
+
+    What the model states or onnx infers (:meth:`ShapeIndex.lookup`); where that leaves the element
+    type, rank or (inside a body) a static dim unknown, what lowerer's facts prove
+    (:meth:`ShapeIndex.refined`, as :meth:`Facts.type_of` reads it): a Loop's carried value that stays
+    float32[3,5] is checked on float32[3,5], not on the generated shapes of an unknown rank. In the
+    main graph only a missing element type or rank is refined (dynamic dims stay dynamic there).
+    """
+    vt = shapes.lookup(scope, name)
+    enough = _complete if scope.parent is not None else _typed
+    if vt is not None and enough(vt):
+        return vt
+    return shapes.refined(scope, name, constants.value, enough)
 
 
 def _body_output(node: onnx.NodeProto, name: str) -> onnx.ValueInfoProto | None:

@@ -19,6 +19,7 @@ import onnx
 from lowerer.body_shapes import infer_outputs
 from lowerer.constants import ConstantIndex
 from lowerer.errors import ConversionError, InputError
+from lowerer.facts import checked_type
 from lowerer.input_check import InputCheck
 from lowerer.ir_version import choose as choose_ir
 from lowerer.naming import NameGenerator, node_label
@@ -305,7 +306,7 @@ class ConversionWalk:
         """
         if self.verifier is None:
             return {name: self.shapes.known(scope, name) for name in node.input if name}
-        return {name: self.shapes.lookup(scope, name) for name in node.input if name}
+        return {name: checked_type(self.shapes, self.constants, scope, name) for name in node.input if name}
 
     def _input_values(self, node: onnx.NodeProto, scope: Scope) -> dict[str, np.ndarray]:
         """The constant inputs of ``node`` (the verifier feeds them as they are, not generated)."""
