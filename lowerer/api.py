@@ -54,21 +54,24 @@ def convert(model: onnx.ModelProto, *, target_opset: int | None = ..., decompose
             verify_model: bool | ModelCheckOptions = ..., optimize: bool | ModelCheckOptions = ...,
             progress: ProgressCallback | None = ..., max_ulp: int | None = ...,
             exact: bool = ..., for_backend: str | None = ...,
-            allow_fallback: bool = ..., ir_version: int | None = ...) -> ConvertResult[onnx.ModelProto]: ...
+            allow_fallback: bool = ..., ir_version: int | None = ...,
+            no_loops: bool = ...) -> ConvertResult[onnx.ModelProto]: ...
 @overload
 def convert(model: str | os.PathLike[str], *, target_opset: int | None = ..., decompose: Iterable[str] | str = ...,
             verify: bool = ..., providers: Sequence[str] | None = ..., seed: int = ...,
             verify_model: bool | ModelCheckOptions = ..., optimize: bool | ModelCheckOptions = ...,
             progress: ProgressCallback | None = ..., max_ulp: int | None = ...,
             exact: bool = ..., for_backend: str | None = ...,
-            allow_fallback: bool = ..., ir_version: int | None = ...) -> ConvertResult[onnx.ModelProto]: ...
+            allow_fallback: bool = ..., ir_version: int | None = ...,
+            no_loops: bool = ...) -> ConvertResult[onnx.ModelProto]: ...
 @overload
 def convert(model: ir.Model | HasIrModel, *, target_opset: int | None = ..., decompose: Iterable[str] | str = ...,
             verify: bool = ..., providers: Sequence[str] | None = ..., seed: int = ...,
             verify_model: bool | ModelCheckOptions = ..., optimize: bool | ModelCheckOptions = ...,
             progress: ProgressCallback | None = ..., max_ulp: int | None = ...,
             exact: bool = ..., for_backend: str | None = ...,
-            allow_fallback: bool = ..., ir_version: int | None = ...) -> ConvertResult[ir.Model]: ...
+            allow_fallback: bool = ..., ir_version: int | None = ...,
+            no_loops: bool = ...) -> ConvertResult[ir.Model]: ...
 
 
 def convert(
@@ -87,6 +90,7 @@ def convert(
     for_backend: str | None = None,
     allow_fallback: bool = False,
     ir_version: int | None = None,
+    no_loops: bool = False,
 ) -> ConvertResult[onnx.ModelProto] | ConvertResult[ir.Model]:
     """Convert a model to ``target_opset`` and/or decompose ops, verifying each rewrite.
 
@@ -137,6 +141,11 @@ def convert(
         ir_version: the IR version to write (None: with a target opset, the lowest its opsets and the
             model's features allow; without one, the model's). A feature the model uses that cannot be
             expressed at it is refused (see :mod:`lowerer.ir_version`).
+        no_loops: refuse the forms that write a node as a loop over its data (ScatterND/ScatterElements
+            with a reduction below the version that brought it, indices not a unique constant: a Loop over
+            the updates, much slower than the op), in one line naming the node and the lowest opset that
+            keeps the op's own form. Without it such a form is made and recorded (``Crossing.loop``,
+            ``report.summary()["loops"]``).
 
     Returns:
         A :class:`ConvertResult` whose ``model`` is the same kind as given (an ``onnx_ir.Model``
@@ -161,7 +170,7 @@ def convert(
     options = ConvertOptions.create(target_opset=target_opset, decompose=decompose, verify=verify,
                                     providers=providers, seed=seed, verify_model=verify_model, optimize=optimize,
                                     progress=progress, max_ulp=max_ulp, exact=exact, for_backend=for_backend,
-                                    allow_fallback=allow_fallback, ir_version=ir_version)
+                                    allow_fallback=allow_fallback, ir_version=ir_version, no_loops=no_loops)
     return run(model, options)
 
 
@@ -274,7 +283,7 @@ def _verifier(options: ConvertOptions) -> Any:
 
 
 def _finish_report(state: State, source_ir: int) -> None:
-    """The report's IR versions and verification summary (or why nothing was verified)."""
+    """The report's IR versions and verification summary (or why nothing was verified); the loop forms' warning."""
     report = state.report
     report.source_ir_version, report.ir_version = source_ir, state.model.ir_version
     if state.verifier is not None:
@@ -285,6 +294,9 @@ def _finish_report(state: State, source_ir: int) -> None:
     else:
         for rewrite in report.rewrites:
             rewrite.reason = "verification was turned off (verify=False / --no-verify)"
+    looped = report.loop_warning()
+    if looped is not None:
+        logger.warning("%s", looped)
 
 
 def _ir_model_of(model: object) -> ir.Model | None:

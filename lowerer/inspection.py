@@ -102,12 +102,22 @@ def model_summary(model: onnx.ModelProto) -> dict[str, Any]:
 
 
 def _how(rewrite: dict[str, Any]) -> str:
-    """How a rewrite record was made, in a few words: ``function body: why``, or ``rule NAME``."""
+    """How a rewrite record was made, in a few words.
+
+    ``function body: why``, ``as a Loop over updates (30 iterations)``, or the change's own words
+    (``coerced axis``, ``as Shape + Slice``: :attr:`lowerer.report.Rewrite.change` after its op and versions).
+    """
     if rewrite["rule"] == "function-expansion":
         why = next((h.split(" (", 1)[1].rsplit("): rule", 1)[0] for h in rewrite.get("steps", [])
                     if "function body" in h and " (" in h), None)
         return f"function body: {why}" if why else "function body"
-    return f"rule {rewrite['rule']}"
+    loop = next((c for c in rewrite.get("crossings", []) if c.get("loop")), None)
+    if loop is not None:
+        trips = loop.get("trips")
+        return f"as {loop['loop']} ({trips if trips is not None else 'a run-time count of'} iterations)"
+    change = str(rewrite.get("change", ""))
+    prefix = f"{rewrite['op_type']} {rewrite['from_version']} -> {rewrite['to_opset']} "
+    return change[len(prefix):] if change.startswith(prefix) else f"rule {rewrite['rule']}"
 
 
 def group_rewrites(rewrites: list[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -171,12 +181,12 @@ def _dry_run(source: InputModel, options: ConvertOptions) -> tuple[Report | None
 
 
 def _options(target_opset: int | None, decompose: Any, for_backend: str | None, allow_fallback: bool,
-             ir_version: int | None) -> ConvertOptions:
+             ir_version: int | None, no_loops: bool = False) -> ConvertOptions:
     from lowerer.options import ConvertOptions
 
     return ConvertOptions.create(target_opset=target_opset, decompose=() if decompose is None else decompose,
                                  verify=False, for_backend=for_backend, allow_fallback=allow_fallback,
-                                 ir_version=ir_version)
+                                 ir_version=ir_version, no_loops=no_loops)
 
 
 def _plan(report: Report | None, refused: str | None, options: ConvertOptions, source: int | None,
@@ -243,7 +253,8 @@ def reachable_opsets(model: onnx.ModelProto, decompose: Any = ()) -> tuple[int, 
 
 
 def inspect_model(path: str | os.PathLike[str], *, target_opset: int | None = None,
-                  decompose: Any = None, reach: bool = False, ir_version: int | None = None) -> dict[str, Any]:
+                  decompose: Any = None, reach: bool = False, ir_version: int | None = None,
+                  no_loops: bool = False) -> dict[str, Any]:
     """Describe the model at ``path``; with a target, decompositions or an IR version, also the plan (a dry run).
 
     The description: IR version, opset imports, model-local functions, and :func:`model_summary`
@@ -255,7 +266,7 @@ def inspect_model(path: str | os.PathLike[str], *, target_opset: int | None = No
     from lowerer.options import normalize_decompose
 
     names = normalize_decompose(decompose)
-    options = _options(target_opset, names, None, False, ir_version)  # every option checked before the read
+    options = _options(target_opset, names, None, False, ir_version, no_loops)  # every option checked before the read
     source = load_input(path)
     model = source.model
     info: dict[str, Any] = {
@@ -275,7 +286,7 @@ def inspect_model(path: str | os.PathLike[str], *, target_opset: int | None = No
 
 def inspect_backend(path: object, for_backend: str, *, target_opset: int | None = None,
                     decompose: str | list[str] | None = None, allow_fallback: bool = False,
-                    ir_version: int | None = None) -> dict[str, Any]:
+                    ir_version: int | None = None, no_loops: bool = False) -> dict[str, Any]:
     """What ``--for BACKEND`` would do to the model at ``path`` (a dry run, nothing verified or written).
 
     Returns the backend, its provider, and one record per node the profile names (``nodes``): where
@@ -290,7 +301,7 @@ def inspect_backend(path: object, for_backend: str, *, target_opset: int | None 
 
     from lowerer.model_io import load_input
 
-    options = _options(target_opset, decompose, for_backend, allow_fallback, ir_version)
+    options = _options(target_opset, decompose, for_backend, allow_fallback, ir_version, no_loops)
     profile = options.profile
     assert profile is not None
     source = load_input(path)  # type: ignore[arg-type]

@@ -46,6 +46,7 @@ class ConvertOptions:
         profile: the backend profile (``for_backend``), or None.
         allow_fallback: with ``profile``, keep nodes no exact form replaces.
         ir_version: the IR version to write (None: the lowest the target and the model allow).
+        no_loops: refuse the forms that write a node as a loop over its data (``request.no_loops``).
     """
 
     target_opset: int | None = None
@@ -62,6 +63,7 @@ class ConvertOptions:
     profile: Profile | None = None
     allow_fallback: bool = False
     ir_version: int | None = None
+    no_loops: bool = False
 
     @property
     def converts(self) -> bool:
@@ -97,7 +99,7 @@ class ConvertOptions:
     def create(cls, *, target_opset: Any = None, decompose: Any = (), verify: Any = True, providers: Any = None,
                seed: Any = 0, verify_model: Any = False, optimize: Any = False, progress: Any = None,
                max_ulp: Any = None, exact: Any = False, for_backend: Any = None,
-               allow_fallback: Any = False, ir_version: Any = None) -> ConvertOptions:
+               allow_fallback: Any = False, ir_version: Any = None, no_loops: Any = False) -> ConvertOptions:
         """Check every option (see :func:`lowerer.convert` for their meaning) and freeze them.
 
         Raises:
@@ -126,11 +128,12 @@ class ConvertOptions:
             allow_fallback = check_flag(allow_fallback, "allow_fallback")
         elif allow_fallback is not False:
             raise InputError("allow_fallback goes with for_backend (a backend name)")
-        return cls(target_opset=target_opset, decompose=names, request=request_for(names),
+        no_loops = check_flag(no_loops, "no_loops")
+        return cls(target_opset=target_opset, decompose=names, request=request_for(names, no_loops),
                    verify=check_flag(verify, "verify"), providers=None if chosen is None else tuple(chosen),
                    seed=seed_value(seed), verify_model=check, optimize=tuned, progress=check_progress(progress),
                    max_ulp=max_ulp, exact=exact, profile=profile, allow_fallback=bool(allow_fallback),
-                   ir_version=check_ir_version(ir_version))
+                   ir_version=check_ir_version(ir_version), no_loops=no_loops)
 
 
 def model_check_options(value: object, name: str = "verify_model") -> ModelCheckOptions | None:
@@ -146,14 +149,14 @@ def model_check_options(value: object, name: str = "verify_model") -> ModelCheck
     raise InputError(f"{name} must be True, False or a ModelCheckOptions, not {type(value).__name__}")
 
 
-def request_for(names: frozenset[str]) -> Request:
-    """The engine's request for decomposition ``names``: lowerer's own decompositions, and ops to expand."""
+def request_for(names: frozenset[str], no_loops: bool = False) -> Request:
+    """The engine's request: decompositions ``names`` (lowerer's own, ops to expand), and ``no_loops``."""
     from lowerer.rules import REGISTRY
     from lowerer.steps.expansion import expandable_ops
 
     own = frozenset(n for n in names if n in REGISTRY.decompositions)
     ops = expandable_ops()
-    return Request(own, frozenset(ops[n] for n in names - own if n in ops))
+    return Request(own, frozenset(ops[n] for n in names - own if n in ops), no_loops)
 
 
 def normalize_decompose(decompose: Iterable[str] | str | None) -> frozenset[str]:

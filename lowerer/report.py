@@ -17,11 +17,11 @@ from typing import Any, Literal
 
 import onnx
 
-__all__ = ["SCHEMA_VERSION", "Crossing", "Report", "Rewrite", "RewriteStatus", "tool_versions"]
+__all__ = ["SCHEMA_VERSION", "STATUSES", "Crossing", "Report", "Rewrite", "RewriteStatus", "tool_versions"]
 
 #: The version of the report's JSON layout: the major number changes when a field is removed or
 #: changes meaning, the minor one when fields are added.
-SCHEMA_VERSION = "2.4"
+SCHEMA_VERSION = "2.5"
 
 #: ``field(metadata=...)`` key: a field that is working data, not part of the JSON record.
 INTERNAL = "lowerer_internal"
@@ -29,10 +29,17 @@ INTERNAL = "lowerer_internal"
 CHECK_FIELDS = ("status", "reason", "provider", "details")
 
 #: What a rewrite's check concluded: ``verified`` (run before and after and compared),
-#: ``unverified`` (not run, with the reason) or ``failed`` (the outputs differ).
-RewriteStatus = Literal["verified", "unverified", "failed"]
+#: ``reference-only`` (compared, but onnxruntime could not run a side: lowerer's numpy reference was the
+#: only judge of it), ``unverified`` (not run, with the reason) or ``failed`` (the outputs differ).
+RewriteStatus = Literal["verified", "reference-only", "unverified", "failed"]
+#: The statuses in the order summaries list them.
+STATUSES: tuple[RewriteStatus, ...] = ("verified", "reference-only", "unverified", "failed")
 #: How many emitted ops a ``repr`` lists before it counts the rest.
 _REPR_OPS = 6
+#: How many nodes the loop warning names before it counts the rest.
+_LOOPS_SHOWN = 3
+#: What a Loop over updates costs, measured (``benchmarks/loop_forms.py``; the README's lowering list).
+LOOP_COST = "about 6 us per update in onnxruntime 1.32 CPU: 13x to 1600x on a small GNN"
 
 
 @dataclass(frozen=True)
@@ -50,6 +57,9 @@ class Crossing:
         why: why this entry was applied (an expansion's reason), or "".
         budgeted: its float arithmetic may round differently from the original op's kernel (a function
             body, a budgeted lowering): judged by the expansion's ulp budget.
+        loop: the loop over the node's data it wrote (``a Loop over updates``: the entry's
+            :attr:`~lowerer.steps.registry.Entry.loop_form`, a slower cost class than the op), or "".
+        trips: that loop's trip count where static, else None.
     """
 
     kind: str
@@ -60,6 +70,8 @@ class Crossing:
     opset: int | None = None
     why: str = ""
     budgeted: bool = False
+    loop: str = ""
+    trips: int | None = None
 
     def describe(self) -> str:
         """The crossing in words (``ReduceSum 13 → 11: generic``)."""
@@ -89,7 +101,7 @@ class Rewrite:
         to_opset: default-domain opset the replacement is written for.
         rule: the rule that made the rewrite.
         emitted: op types of the replacement nodes, in order.
-        status: ``verified``, ``unverified`` or ``failed``.
+        status: ``verified``, ``reference-only``, ``unverified`` or ``failed``.
         reason: why it is unverified (or how it was verified).
         provider: the onnxruntime execution provider (or ``numpy-reference``) that checked it.
         details: free-form verification details (input sets used, max difference ...).
@@ -137,6 +149,16 @@ class Rewrite:
         """Each crossing in words (``ReduceSum 13 → 11: generic``)."""
         return [c.describe() for c in self.crossings]
 
+    @property
+    def loops(self) -> list[Crossing]:
+        """The crossings that wrote the node as a loop over its data (:attr:`Crossing.loop`)."""
+        return [c for c in self.crossings if c.loop]
+
+    @property
+    def change(self) -> str:
+        """The rewrite in plain words: the op, its versions and how (``ScatterND 18 -> 13 as a Loop over updates``)."""
+        return f"{self.op_type} {self.from_version} -> {self.to_opset} {change_words(self)}"
+
     def values(self) -> dict[str, list[str]]:
         """The names of the original node's input and output values (this node's own)."""
         if self.original is None:
@@ -151,8 +173,45 @@ class Rewrite:
                 continue
             out[f.name] = jsonable(getattr(self, f.name))
         out["steps"] = self.steps
+        out["change"] = self.change
         out["values"] = self.values()
         return out
+
+
+#: The longest list of emitted ops a change names (longer: counted).
+_CHANGE_OPS = 24
+
+
+def _ops_words(rewrite: Rewrite) -> str:
+    """The ops ``rewrite`` emitted, each once (``Shape + Slice``), or how many when that is long (``11 ops``)."""
+    listed = " + ".join(dict.fromkeys(rewrite.emitted))
+    return listed if len(listed) <= _CHANGE_OPS else f"{len(rewrite.emitted)} ops"
+
+
+def change_words(rewrite: Rewrite) -> str:
+    """How ``rewrite`` changed its node, in a few words: ``as a Loop over updates``, ``coerced axis`` ...
+
+    The loop form when one was written; else what the first entry that makes the whole node did (a
+    function body, a lowering, a decomposition, a backend form, a named rule such as ``coerced-axis``);
+    else (version steps) the ops it became, or ``stepped down``/``stepped up`` when it stays one node of its op.
+    """
+    loops = rewrite.loops
+    if loops:
+        return f"as {loops[0].loop}"
+    for c in rewrite.crossings:
+        if c.kind == "expansion":
+            return "as its function body"
+        if c.kind == "lowering":
+            return f"lowered to {_ops_words(rewrite)}"
+        if c.kind == "decomposition":
+            return f"decomposed to {_ops_words(rewrite)}"
+        if c.kind == "form":
+            return f"in the {c.entry} form"
+        if c.kind == "rule" and "-" in c.entry:
+            return c.entry.replace("-", " ")
+    if list(dict.fromkeys(rewrite.emitted)) in ([rewrite.op_type], []):
+        return "stepped down" if rewrite.to_opset < rewrite.from_opset else "stepped up"
+    return f"as {_ops_words(rewrite)}"
 
 
 def jsonable(value: object) -> Any:
@@ -251,7 +310,7 @@ class Report:
     def __repr__(self) -> str:
         """One short line: opsets, IR versions, and the rewrites counted by status."""
         counts = Counter(r.status for r in self.rewrites)
-        statuses = ", ".join(f"{counts[s]} {s}" for s in ("verified", "unverified", "failed") if counts[s])
+        statuses = ", ".join(f"{counts[s]} {s}" for s in STATUSES if counts[s])
         ir = f", IR {self.source_ir_version} -> {self.ir_version}" if self.ir_version is not None else ""
         checks = "".join(f", {name}: {c.get('status')}" for name, c in self.model_checks.items())
         return (f"<Report opset {self.source_opset} -> {self.target_opset}{ir}: {len(self.rewrites)} rewrite"
@@ -264,6 +323,36 @@ class Report:
     def model_check(self) -> dict[str, Any] | None:
         """The ``--verify-model`` check (original against converted), when it ran."""
         return self.model_checks.get("whole-model check")
+
+    def loops(self) -> list[dict[str, Any]]:
+        """Each node written as a loop over its data (a record per node).
+
+        node, scope, op_type, from_version, to_opset, the form, its trip count (None: not static) and ``keep``,
+        the lowest opset where the node needs no loop (the version its form came at).
+        """
+        return [{"node": r.node, "scope": r.scope, "op_type": r.op_type, "from_version": r.from_version,
+                 "to_opset": r.to_opset, "form": c.loop, "trips": c.trips, "keep": c.start}
+                for r in self.rewrites for c in r.loops[:1]]
+
+    def loop_warning(self) -> str | None:
+        """One line naming the nodes written as a loop over their data (:meth:`loops`), or None when none is.
+
+        What the loop costs is measured in ``benchmarks/loop_forms.py`` (the README's lowering list states it).
+        """
+        loops = self.loops()
+        if not loops:
+            return None
+        forms = {entry["form"] for entry in loops}
+        form = forms.pop() if len(forms) == 1 else "a loop over its data"
+        shown = [f"{entry['node']} ({entry['op_type']} {entry['from_version']} -> {entry['to_opset']}, "
+                 + (f"{entry['trips']} iterations)" if entry["trips"] is not None else "one iteration per update)")
+                 for entry in loops[:_LOOPS_SHOWN]]
+        more = f" and {len(loops) - _LOOPS_SHOWN} more" if len(loops) > _LOOPS_SHOWN else ""
+        count = len(loops)
+        keep = max(entry["keep"] for entry in loops)
+        return (f"{count} node{'s' if count != 1 else ''} became {form}, far slower than the op ({LOOP_COST}): "
+                f"{', '.join(shown)}{more}; a target opset >= {keep} keeps {'them' if count != 1 else 'it'} as "
+                f"{'they are' if count != 1 else 'it is'}, and --no-loops (API: no_loops=True) refuses such forms")
 
     def summary(self) -> dict[str, Any]:
         """Counts of rewrites by rule and by verification status, and what was done to the whole model."""
@@ -287,6 +376,7 @@ class Report:
             "backend": self.backend,
             "model_budget": self.model_budget,
             "refused": self.refused,
+            "loops": self.loops(),
             "unverified_reasons": dict(Counter(r.reason for r in self.rewrites if r.status == "unverified")),
         }
 

@@ -98,7 +98,7 @@ class OutputArgs(ArgGroup):
 
 
 class ConversionArgs(ArgGroup):
-    """What a conversion is to do: ``--target-opset``, ``--decompose``, ``--for``, ``--allow-fallback``, IR version."""
+    """What a conversion is to do: ``--target-opset``, ``--decompose``, ``--for``, IR version, ``--no-loops`` ..."""
 
     SPECS: ClassVar[dict[str, Spec]] = {
         "target_opset": (("--target-opset",), {
@@ -126,11 +126,16 @@ class ConversionArgs(ArgGroup):
             "type": int, "default": None, "metavar": "N",
             "help": "IR version to write (default: with a target opset, the lowest that the opsets and the "
                     "model's features allow; without one, the model's)."}),
+        "no_loops": (("--no-loops",), {
+            "is_flag": True,
+            "help": "Refuse the forms that turn one node into a Loop over its data (ScatterND/ScatterElements "
+                    "reductions with run-time indices below the opset that brought them: much slower), naming "
+                    "the node and the lowest opset that keeps its own form."}),
     }
 
     @classmethod
     def parse(cls, values: dict[str, Any]) -> dict[str, Any]:
-        """The API's ``target_opset``, ``decompose``, ``for_backend``, ``allow_fallback`` and ``ir_version``, as given.
+        """The API's ``target_opset``, ``decompose``, ``for_backend``, ``allow_fallback``, ``ir_version``, ``no_loops``.
 
         Their values are checked once, by :meth:`lowerer.options.ConvertOptions.create`, which the command
         calls before it reads the model; here only what is a matter of the command line.
@@ -144,8 +149,8 @@ class ConversionArgs(ArgGroup):
         if given["target_opset"] is None and not (given["decompose"] or "").strip(", ") and \
                 given["for_backend"] is None and given.get("ir_version") is None:
             raise click.UsageError("nothing to do: give --target-opset, --decompose, --for and/or --ir-version")
-        return {k: given[k] for k in ("target_opset", "decompose", "for_backend", "allow_fallback", "ir_version")
-                if k in given}
+        return {k: given[k] for k in ("target_opset", "decompose", "for_backend", "allow_fallback", "ir_version",
+                                      "no_loops") if k in given}
 
 
 class VerificationArgs(ArgGroup):

@@ -25,14 +25,17 @@ _HELPS = {
     "allow_fallback": "With --for: as convert --allow-fallback (nodes no exact form replaces are kept, not "
                       "refused).",
     "ir_version": "Show what converting to IR version N would do.",
+    "no_loops": "Show what convert --no-loops would do: refuse the forms that turn one node into a Loop over its "
+                "data.",
 }
 
 
 @in_order("input_path", "target_opset", "decompose", "reach", "as_json", "for_backend", "allow_fallback",
-          "ir_version", "verbose", "quiet")
+          "ir_version", "no_loops", "verbose", "quiet")
 @click.command(epilog=EPILOG)
 @click.argument("input_path", metavar="IN.onnx", type=click.Path(path_type=Path))
-@ConversionArgs.options("target_opset", "decompose", "for_backend", "allow_fallback", "ir_version", helps=_HELPS)
+@ConversionArgs.options("target_opset", "decompose", "for_backend", "allow_fallback", "ir_version", "no_loops",
+                        helps=_HELPS)
 @click.option("--reach", is_flag=True, help="Also find the lowest and highest opsets the model converts to.")
 @OutputArgs.options("as_json")
 @VerbosityArgs.options()
@@ -58,7 +61,7 @@ def inspect(input_path: Path, reach: bool, **values: Any) -> None:
         _inspect_backend(input_path, conversion, as_json)
         return
     info = inspect_model(input_path, target_opset=conversion["target_opset"], decompose=conversion["decompose"],
-                         reach=reach, ir_version=conversion["ir_version"])
+                         reach=reach, ir_version=conversion["ir_version"], no_loops=bool(conversion["no_loops"]))
     refused = info.get("plan", {}).get("refused")
     if as_json:
         click.echo(json.dumps(info, indent=2))
@@ -76,7 +79,7 @@ def _inspect_backend(input_path: Path, conversion: dict[str, Any], as_json: bool
 
     found = inspect_backend(input_path, conversion["for_backend"], target_opset=conversion["target_opset"],
                             decompose=conversion["decompose"], allow_fallback=bool(conversion["allow_fallback"]),
-                            ir_version=conversion["ir_version"])
+                            ir_version=conversion["ir_version"], no_loops=bool(conversion["no_loops"]))
     refused = found["refused"]
     if as_json:
         click.echo(json.dumps(found, indent=2))
@@ -173,8 +176,16 @@ def _rewrites_head(plan: dict[str, Any]) -> str:
             "(op, rewrite):")
 
 
+#: Ops a shortened list of emitted ops always names (a loop or branch decides what the rewrite costs).
+_CONTROL_FLOW = ("Loop", "Scan", "If")
+
+
 def _emitted(ops: list[str]) -> str:
-    return " + ".join(ops) if len(ops) <= 6 else " + ".join(ops[:5]) + f" + ... ({len(ops)} ops)"
+    """``ops`` joined, or the first five, ``...``, and every control-flow op after them (``+ ... + Loop (8 ops)``)."""
+    if len(ops) <= 6:
+        return " + ".join(ops)
+    kept = [op for op in ops[5:] if op in _CONTROL_FLOW]
+    return " + ".join([*ops[:5], "...", *kept]) + f" ({len(ops)} ops)"
 
 
 def _group_lines(groups: list[dict[str, Any]]) -> list[str]:

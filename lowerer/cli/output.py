@@ -9,17 +9,19 @@ from __future__ import annotations
 import re
 import sys
 import time
+from collections import Counter
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 import click
 
 from lowerer.progress import Progress
+from lowerer.report import STATUSES
 
 if TYPE_CHECKING:
     from lowerer.report import Report
 
-__all__ = ["TerminalProgress", "describe_changes", "informational_warning", "model_check_table",
+__all__ = ["TerminalProgress", "change_rows", "describe_changes", "informational_warning", "model_check_table",
            "print_convert_summary", "short_reason"]
 
 
@@ -39,7 +41,7 @@ def describe_changes(report: Report) -> str:
     n = len(report.rewrites)
     if n:
         by_status = report.summary()["by_status"]
-        counts = ", ".join(f"{by_status[s]} {s}" for s in ("verified", "unverified", "failed") if by_status.get(s))
+        counts = ", ".join(f"{by_status[s]} {s}" for s in STATUSES if by_status.get(s))
         parts.append(f"{n} node{'s' if n != 1 else ''} rewritten ({counts})")
     elif parts:
         parts.append("no node needed rewriting")
@@ -48,6 +50,26 @@ def describe_changes(report: Report) -> str:
         decomposed = f" and has no {'/'.join(report.decompose)} node to decompose" if report.decompose else ""
         return f"nothing changed: the model already {what}{decomposed}"
     return "; ".join(parts)
+
+
+def change_rows(report: Report) -> list[str]:
+    """One row per change (``  2 x Softmax 11 -> 13 coerced axis``), most frequent first.
+
+    A row names the op, its versions and how it changed (:attr:`lowerer.report.Rewrite.change`; the report
+    keeps the entry ids in ``rule``). Where the rows' checks differ, each row not wholly verified ends with
+    its counts (``(1 unverified)``); the first line of the summary gives the totals.
+    """
+    rows: dict[str, Counter[str]] = {}
+    for r in report.rewrites:
+        rows.setdefault(r.change, Counter())[r.status] += 1
+    mixed = len({s for counts in rows.values() for s in counts}) > 1
+    width = len(str(max((sum(c.values()) for c in rows.values()), default=0)))
+    lines = []
+    for change, counts in sorted(rows.items(), key=lambda kv: -sum(kv[1].values())):
+        total = sum(counts.values())
+        tail = ", ".join(f"{counts[s]} {s}" for s in ("unverified", "failed") if counts[s]) if mixed else ""
+        lines.append(f"  {total:>{width}} x {change}{f' ({tail})' if tail else ''}")
+    return lines
 
 
 _VALUES = re.compile(r"original (\S+?),? replacement (\S+?)(?:\s|;|$)")
@@ -128,17 +150,13 @@ def short_reason(reason: str) -> str:
 
 
 def print_convert_summary(report: Report, level: int) -> None:
-    """What changed, the table of rules, unverified reasons, whole-model checks and warnings (stderr)."""
+    """What changed, one row per change, unverified reasons, whole-model checks and warnings (stderr)."""
     if level < 0:
         return
     summary = report.summary()
     _echo(describe_changes(report))
-    if summary["by_rule"]:
-        width = max(len("rule"), *(len(rule) for rule in summary["by_rule"])) + 2
-        _echo(f"{'rule':<{width}}{'rewrites':>9}{'verified':>10}{'unverified':>12}")
-        for rule, counts in summary["by_rule"].items():
-            total = sum(counts.values())
-            _echo(f"{rule:<{width}}{total:>9}{counts.get('verified', 0):>10}{counts.get('unverified', 0):>12}")
+    for line in change_rows(report):
+        _echo(line)
     model_passed = (report.model_check or {}).get("status") == "equal"
     shortened: dict[str, int] = {}
     for reason, count in summary.get("unverified_reasons", {}).items():

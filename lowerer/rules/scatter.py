@@ -37,7 +37,8 @@ from lowerer.steps.emitter import Emitter, normalize_axis
 from lowerer.steps.generic import attribute_value
 from lowerer.steps.registry import DOWN, UP, adapter
 
-__all__ = ["nonnegative_indices", "scatter_11", "scatter_11_9", "scatter_reduction_16_13", "scatter_reduction_18_16",
+__all__ = ["LOOP_OVER_UPDATES", "nonnegative_indices", "scatter_11", "scatter_11_9", "scatter_reduction_16_13",
+           "scatter_reduction_18_16",
            "unique_element_indices", "unique_nd_indices"]
 
 
@@ -167,6 +168,26 @@ def _count(em: Emitter, table: str) -> str:
     return em.op("Gather", [em.op("Shape", [table]), em.const(np.array(0, dtype=np.int64), "rows")], axis=0)
 
 
+#: The slower form the reduction adapters may write (:attr:`lowerer.steps.registry.Entry.loop_form`).
+LOOP_OVER_UPDATES = "a Loop over updates"
+
+
+def _trips(em: Emitter, indices: str, axis: int | None) -> int | None:
+    """The Loop's trip count where static: the index elements (ScatterElements) or index rows (ScatterND)."""
+    dims = em.dims(indices)
+    counted = dims if axis is not None else None if dims is None else dims[:-1]
+    if counted is None or any(d is None for d in counted):
+        return None
+    return int(np.prod([d for d in counted if d is not None], dtype=np.int64))
+
+
+def _say_loop(em: Emitter, indices: str, axis: int | None, keep: int) -> None:
+    """Tell the emitter the replacement is a Loop over the updates (refused under ``no_loops``)."""
+    why = ("the indices are computed at run time" if em.constant(indices) is None
+           else "the constant indices are not proven to write each position once")
+    em.loop_form(LOOP_OVER_UPDATES, _trips(em, indices, axis), why, keep)
+
+
 def _reduction_by_loop(em: Emitter, reduction: str, axis: int | None) -> None:
     """``em.node`` as a Loop that applies its updates one at a time, in the kernel's (row-major) order.
 
@@ -225,10 +246,11 @@ def _reduction_by_loop(em: Emitter, reduction: str, axis: int | None) -> None:
     em.op("Loop", [count, "", data], list(node.output), body=body)
 
 
-def _reduction(em: Emitter, reduction: str) -> None:
+def _reduction(em: Emitter, reduction: str, keep: int) -> None:
     """``em.node`` (a Scatter* with ``reduction``) written with plain scatters.
 
-    Vectorized where the indices are a constant writing no position twice, else a Loop over the updates.
+    Vectorized where the indices are a constant writing no position twice, else a Loop over the updates
+    (said to the emitter: ``keep`` is the version the reduction came at, the lowest opset that needs none).
     """
     node = em.node
     data, indices, _ = node.input
@@ -243,24 +265,25 @@ def _reduction(em: Emitter, reduction: str) -> None:
     if value is not None:
         _reduction_by_reading(em, reduction, value, axis)
     else:
+        _say_loop(em, indices, axis, keep)
         _reduction_by_loop(em, reduction, axis)
 
 
-@adapter(("ScatterElements", "ScatterND"), 16, DOWN)
+@adapter(("ScatterElements", "ScatterND"), 16, DOWN, loop_form=LOOP_OVER_UPDATES)
 def scatter_reduction_16_13(em: Emitter, step: Step, direction: str) -> None:
     """Down from 16: a reduction other than ``none`` is written with a plain scatter, else crossed."""
     reduction = str(attribute_value(em.node, "reduction") or "none")
     if reduction == "none":
         generic.cross(em, step, direction)
         return
-    _reduction(em, reduction)
+    _reduction(em, reduction, step.version)
 
 
-@adapter(("ScatterElements", "ScatterND"), 18, DOWN)
+@adapter(("ScatterElements", "ScatterND"), 18, DOWN, loop_form=LOOP_OVER_UPDATES)
 def scatter_reduction_18_16(em: Emitter, step: Step, direction: str) -> None:
     """Down from 18: ``max``/``min`` (new at 18) are written with a plain scatter, else crossed."""
     reduction = str(attribute_value(em.node, "reduction") or "none")
     if reduction not in ("max", "min"):
         generic.cross(em, step, direction)
         return
-    _reduction(em, reduction)
+    _reduction(em, reduction, step.version)

@@ -86,6 +86,11 @@ class Emitter:
         self.target = opset
         #: The version messages name the node by (the user's node's, while it crosses several steps).
         self.shown_version = source_version
+        #: Refuse a loop over the node's data (:meth:`loop_form`): the caller's ``no_loops``.
+        self.no_loops = False
+        #: Whether the replacement is a loop over the node's data, and its trip count where static.
+        self.looped = False
+        self.loop_trips: int | None = None
 
     # -- facts -------------------------------------------------------------------------------
     def version_of(self, op_type: str) -> int | None:
@@ -141,6 +146,21 @@ class Emitter:
             f"cannot be converted to opset {self.target}: {reason}",
             node=n, scope=self.scope.path,
         )
+
+    def loop_form(self, form: str, trips: int | None, why: str, keep: int) -> None:
+        """Say that the replacement is ``form``, a loop over the node's data; refuse it under ``no_loops``.
+
+        Only an entry registered with that ``loop_form`` may call it (the engine checks). Args:
+        ``trips``, the loop's trip count where static; ``why``, why no vectorized form exists (the
+        refusal's words); ``keep``, the lowest opset the node keeps its op's own form at.
+        """
+        if self.no_loops:
+            count = f"{trips} iterations" if trips is not None else "one iteration per update"
+            self.refuse(f"below opset {keep} it becomes {form} ({count}: {why}), and --no-loops (API: "
+                        f"no_loops=True) refuses such forms; choose a target opset >= {keep}, where "
+                        f"{self.node.op_type} keeps its own form, or convert without --no-loops to accept the loop")
+        self.looped = True
+        self.loop_trips = trips
 
     # -- building ----------------------------------------------------------------------------
     def fresh(self, hint: str) -> str:

@@ -402,7 +402,7 @@ class StepEngine:
             refuse_attribute_references(node, scope, f"{op}-{sv}", target)
         far = resolution.far
         em = Emitter(node, scope, sv, far, self.names, facts, self.request.decompose)
-        em.target = target
+        em.target, em.no_loops = target, self.request.no_loops
         if node.name == conversion.first_name:
             em.shown_version = conversion.first_version or sv
         try:
@@ -428,7 +428,10 @@ class StepEngine:
             raise
         conversion.constants.extend(em.constants)
         start, end = step_ends(step, direction)
-        conversion.crossings.append(Crossing(entry.kind, entry.name, op, start, end, far))
+        if em.looped and not entry.loop_form:
+            raise RuntimeError(f"{entry.name} wrote a loop over the node's data but is registered with no loop_form")
+        conversion.crossings.append(Crossing(entry.kind, entry.name, op, start, end, far, loop=entry.loop_form
+                                             if em.looped else "", trips=em.loop_trips))
         # A node the adapter built under another op has new subgraphs too; the node itself keeps its own.
         return self._onwards(em.nodes, scope, far, target, facts, conversion, depth, lambda made: made.op_type != op)
 
