@@ -48,6 +48,8 @@ from lowerer.verification.runner import (
     SessionMaker,
     ort_can_exchange,
 )
+from lowerer.verification.special import KINDS as SPECIAL_KINDS
+from lowerer.verification.special import constructed
 from lowerer.verification.worker import KNOWN_ABORTS, OrtAbortedError, VerificationWorker, aborts_on
 
 __all__ = ["ARITHMETIC_OPS", "CheckResult", "RewriteVerifier", "canon_of"]
@@ -326,13 +328,9 @@ class RewriteVerifier:
         rng = np.random.default_rng([self.seed, zlib.crc32(repr(canon.key).encode())])
         kinds = [k for k in kinds_for(elems[0]) if all(k in kinds_for(e) for e in elems)] if elems else ['normal']
         for shapes in combos:
-            empty = all(0 in s for s in shapes)
-            for kind in kinds[:1] if empty else kinds:  # an empty input has no values to vary
-                outcome = trial.run_set(kind, shapes, rng)
-                if isinstance(outcome, CheckResult):
-                    return outcome
-                if outcome == _STOP:
-                    break  # the shape itself is unacceptable to the original
+            failed = _run_shapes(trial, shapes, kinds, rng)
+            if failed is not None:
+                return failed
         result = trial.result()
         if replay is not None and result.status == "verified":  # both sides' outputs on another run's feeds
             result.evidence = {"feeds": replay, **trial.replay(replay)}
@@ -343,6 +341,31 @@ class RewriteVerifier:
 _Spec = tuple[str, int, list[int | None] | None]
 #: What :meth:`_Trial.run_set` answers when the original refuses an input set's shapes.
 _STOP = "stop"
+
+
+def _run_shapes(trial: _Trial, shapes: tuple[tuple[int, ...], ...], kinds: Sequence[str],
+                rng: np.random.Generator) -> CheckResult | None:
+    """The seeded kinds, then the constructed sets (:mod:`.special`), on one binding of the shapes; a failure."""
+    empty = all(0 in s for s in shapes)
+    for kind in kinds[:1] if empty else kinds:  # an empty input has no values to vary
+        outcome = trial.run_set(kind, shapes, rng)
+        if isinstance(outcome, CheckResult):
+            return outcome
+        if outcome == _STOP:
+            return None  # the shape itself is unacceptable to the original
+    if empty:
+        trial.covered.append("empty dims")
+        return None
+    rewrite = trial.rewrite
+    for kind, given, covers in constructed(trial.canon.original, rewrite.from_version, trial.elems, shapes, rng):
+        outcome = trial.run_set(kind, shapes, rng, given)
+        if isinstance(outcome, CheckResult):
+            return outcome
+        if outcome == _STOP:
+            return None
+        if covers not in trial.covered:
+            trial.covered.append(covers)
+    return None
 
 
 def _structure_problem(canon: _Canon) -> CheckResult | None:
@@ -427,7 +450,9 @@ class _Trial:
         arithmetic = self.budget != "exact" or (exact and budget_kind(rewrite) != "exact")
         # Range edges overflow in an order-dependent way in arithmetic kernels (a sum of +-3.4e38
         # terms is inf in one order, finite in another): recorded for them, not judged.
-        self.judged = JUDGED_KINDS - {"edges"} if arithmetic else JUDGED_KINDS
+        self.judged = (JUDGED_KINDS - {"edges"} if arithmetic else JUDGED_KINDS) | SPECIAL_KINDS
+        #: What the constructed sets covered (:mod:`.special`), for the report.
+        self.covered: list[str] = []
         self.names = [c for c, _ in canon.inputs]
         self.shown_names = [orig for _, orig in canon.inputs]  # the inputs' names in the model
         self.tol: Tolerance | None = None  # set once a tolerance was needed
@@ -439,12 +464,17 @@ class _Trial:
         self.max_diff = 0.0
         self.first_error: str | None = None
 
-    def run_set(self, kind: str, shapes: tuple[tuple[int, ...], ...],
-                rng: np.random.Generator) -> CheckResult | str | None:
-        """Run both sides on one input set: a failure, :data:`_STOP` (the original refused it), or None."""
+    def run_set(self, kind: str, shapes: tuple[tuple[int, ...], ...], rng: np.random.Generator,
+                given: dict[int, np.ndarray] | None = None) -> CheckResult | str | None:
+        """Run both sides on one input set: a failure, :data:`_STOP` (the original refused it), or None.
+
+        ``given``: constructed inputs by position (the others generated as ``normal``).
+        """
         canon, orig, repl = self.canon, self.orig, self.repl
         desc = InputSet(kind, shapes).describe(self.shown_names, self.dtypes)
-        feeds = {n: generate(kind, e, s, rng) for n, e, s in zip(self.names, self.elems, shapes, strict=True)}
+        made = "normal" if given is not None else kind
+        feeds = {n: given[k] if given is not None and k in given else generate(made, e, s, rng)
+                 for k, (n, e, s) in enumerate(zip(self.names, self.elems, shapes, strict=True))}
         feeds.update(_derived_feeds(canon, dict(zip(self.names, shapes, strict=True))))
         into_domain(canon.original, feeds)
         outside = outside_spec(canon.original, feeds, {c: v for c, _, v in canon.fixed})
@@ -565,6 +595,8 @@ class _Trial:
                 details[f"{side}_fallback"] = fallback
             if engine.placement:
                 details[f"{side}_placement"] = engine.placement
+        if self.covered:
+            details["special_cases"] = self.covered
         if self.skipped:
             details["skipped"] = self.skipped
         how = "exactly" if tol is None else (f"within {tol.max_ulp} ulp (worst {self.worst_scaled:.2g} ulp of the "
