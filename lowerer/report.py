@@ -39,7 +39,7 @@ _REPR_OPS = 6
 #: How many nodes the loop warning names before it counts the rest.
 _LOOPS_SHOWN = 3
 #: What a Loop over updates costs, measured (``benchmarks/loop_forms.py``; the README's lowering list).
-LOOP_COST = "about 6 us per update in onnxruntime 1.32 CPU: 13x to 1600x on a small GNN"
+LOOP_COST = "3 to 9 us per iteration in onnxruntime 1.32 CPU: 13x to 1600x on a small GNN"
 
 
 @dataclass(frozen=True)
