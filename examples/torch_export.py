@@ -36,7 +36,7 @@ def run(model: ir.Model, x: np.ndarray) -> list[np.ndarray]:
 
 def main() -> None:
     x = torch.randint(0, 3, (2, 4, 5, 6)).float()  # small integers: ties everywhere
-    exported = torch.onnx.export(Head(), (x,), dynamo=True, opset_version=18).model
+    exported = torch.onnx.export(Head().eval(), (x,), dynamo=True, opset_version=18).model
     want = run(exported, x.numpy())
     for target in (13, 11, 9):
         result = lowerer.convert(exported, target_opset=target)
