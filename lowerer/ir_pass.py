@@ -40,7 +40,7 @@ class LowerPass(ir.passes.InPlacePass):
     (``for_backend``, ``max_ulp``, ``verify_model`` ...), checked when the pass is made. Errors are
     :class:`lowerer.LowererError` (onnx_ir's own errors included), kept in :attr:`error`; inside
     ``ir.passes.Sequential`` onnx_ir wraps them in its ``PassError``, whose message names the pass by
-    ``str(pass)``: after a failure that is the pass followed by lowerer's line, so the ``PassError``
+    ``str(pass)``: after a failure that is lowerer's line followed by the pass, so the ``PassError``
     says why (``PassManager`` adds one more wrapper, "An error occurred at step 0", whose direct
     ``__cause__`` is that ``PassError``). :func:`lowerer_error` finds lowerer's error under the wrappers.
 
@@ -64,8 +64,8 @@ class LowerPass(ir.passes.InPlacePass):
         self.error: LowererError | None = None
 
     def __str__(self) -> str:
-        """The pass, and after a failed run lowerer's line (onnx_ir's ``PassError`` quotes ``str(pass)``)."""
-        return repr(self) if self.error is None else f"{self!r} failed: {self.error}"
+        """The pass; after a failed run, lowerer's line first, then the pass (onnx_ir's ``PassError`` quotes it)."""
+        return repr(self) if self.error is None else f"{self.error} (in {self!r})"
 
     def __repr__(self) -> str:
         o = self.options
@@ -77,6 +77,7 @@ class LowerPass(ir.passes.InPlacePass):
         o = self.options
         parts = [f"for_backend={o.profile.spec!r}"] if o.profile is not None else []
         parts += ["allow_fallback=True"] if o.allow_fallback else []
+        parts += ["fold_dequantize=True"] if o.fold_dequantize else []
         parts += [f"max_ulp={o.max_ulp!r}"] if o.max_ulp is not None else []
         parts += ["exact=True"] if o.exact else []
         parts += ["verify_model=True"] if o.verify_model is not None else []

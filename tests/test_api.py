@@ -153,6 +153,22 @@ def test_lower_pass_repr_and_errors_in_a_pipeline() -> None:
     with pytest.raises(ir.passes.PassError, match=r"LowerPass\(target_opset=11") as info:
         ir.passes.Sequential(lowerer.LowerPass(target_opset=11, verify=False))(ir.serde.deserialize_model(model))
     assert isinstance(info.value.__cause__, lowerer.ConversionError)
+    assert str(info.value).startswith("An error occurred when running the 'node ")  # lowerer's line first
+
+
+def test_a_refusal_in_a_pass_manager_reaches_the_conversion_error() -> None:
+    from lowerer.ir_pass import lowerer_error
+
+    model = _hardmax_model(13, axis=1)
+    model.graph.input[0].type.tensor_type.ClearField("shape")
+    model.graph.output[0].type.tensor_type.ClearField("shape")
+    lower = lowerer.LowerPass(target_opset=11, verify=False)
+    with pytest.raises(ir.passes.PassError, match="An error occurred at step 0") as info:
+        ir.passes.PassManager([lower])(ir.serde.deserialize_model(model))
+    error = lowerer_error(info.value)  # as the README shows
+    assert isinstance(error, lowerer.ConversionError) and error is lower.error
+    assert str(error).startswith("node ") and "cannot be converted to opset 11" in str(error)
+    assert str(info.value.__cause__).startswith(f"An error occurred when running the '{error} (in LowerPass(")
 
 
 def test_onnx_ir_errors_surface_as_lowerer_errors(monkeypatch: pytest.MonkeyPatch) -> None:
