@@ -201,10 +201,12 @@ def _warn_once(key: str, text: str) -> None:
 
 
 @functools.lru_cache(maxsize=8)
-def installed_kernels(provider: str = "CPUExecutionProvider", python: str | None = None) -> KernelRows | None:
+def installed_kernels(provider: str = "CPUExecutionProvider", python: str | None = None,
+                      warn: bool = True) -> KernelRows | None:
     """``provider``'s default-domain kernels in the installed onnxruntime (see the module docstring).
 
-    None when neither a table of the release (or an older one) nor the child gave them.
+    None when neither a table of the release (or an older one) nor the child gave them; that is a warning
+    line unless ``warn`` is False (a caller that says so itself, as the placement statement does).
     """
     release = installed_release()
     shipped = _from_table(provider, release)
@@ -218,6 +220,7 @@ def installed_kernels(provider: str = "CPUExecutionProvider", python: str | None
         _warn_once(read, f"onnxruntime {release}: {read}; its kernels are taken from the newest table lowerer ships "
                          f"that is not newer (onnxruntime {shipped.source_release}'s docs/OperatorKernels.md)")
         return shipped
-    _warn_once(read, f"onnxruntime {release}: {read}, and lowerer ships no table of it or an older release: "
-                     "kernels are not looked up")
+    if warn:
+        _warn_once(read, f"onnxruntime {release}: {read}, and lowerer ships no table of it or an older release: "
+                         "kernels are not looked up")
     return None

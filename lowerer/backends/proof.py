@@ -84,7 +84,7 @@ def prove_placement(model: onnx.ModelProto, provider: str, data_dir: str | os.Pa
         return _open_cpu(ort, model, data_dir)
     why_not = (f"{provider} is not installed in this onnxruntime (available: {', '.join(available) or 'none'})"
                if provider not in available else provider_problem(provider))
-    kernels = installed_kernels(provider)
+    kernels = installed_kernels(provider, warn=why_not is None)  # not installed: the placement line says it once
     rows = None if kernels is None else kernels.rows
     if why_not is not None:
         if kernels is None:
