@@ -165,8 +165,8 @@ def _slice_indices(dim: int, start: int, end: int, step: int) -> np.ndarray:
         end += dim
     if step > 0:
         start, end = min(max(start, 0), dim), min(max(end, 0), dim)
-    else:
-        start, end = min(max(start, -1), dim - 1), min(max(end, -1), dim - 1)
+    else:  # the spec: starts clamped to [0, dim-1], ends to [-1, dim-1] (so start < -dim takes element 0)
+        start, end = min(max(start, 0), dim - 1), min(max(end, -1), dim - 1)
     return np.arange(start, end, step, dtype=np.int64)
 
 
@@ -193,7 +193,9 @@ def _reduce_axes(inputs: list[np.ndarray | None], attrs: Attrs, version: int) ->
             return () if attrs.get("noop_with_empty_axes", 0) else None
         return tuple(int(a) for a in axes.reshape(-1))
     axes_attr = attrs.get("axes")
-    return None if axes_attr is None else tuple(int(a) for a in axes_attr)
+    # An ``axes`` attribute present but empty reduces over every axis, as when absent (onnxruntime and
+    # onnx.reference; below 18 there is no ``noop_with_empty_axes``).
+    return tuple(int(a) for a in axes_attr) if axes_attr is not None and len(axes_attr) else None
 
 
 def _reduce_max(inputs: list[np.ndarray | None], attrs: Attrs, version: int) -> list[np.ndarray]:
@@ -308,12 +310,30 @@ def _binary(fn: Callable[[np.ndarray, np.ndarray], np.ndarray]) -> OpFn:
     def run(inputs: list[np.ndarray | None], attrs: Attrs, version: int) -> list[np.ndarray]:
         a, b = inputs[0], inputs[1]
         assert a is not None and b is not None
-        if version < 7 and a.shape != b.shape and not attrs.get("broadcast", 0):
-            raise ReferenceEvalError("binary op below opset 7 without broadcast=1 on different shapes")
+        if version < 7 and a.shape != b.shape:
+            b = _legacy_broadcast(a, b, attrs)
         with np.errstate(all="ignore"):
             return [np.asarray(fn(a, b)).astype(np.result_type(a, b) if a.dtype == b.dtype else a.dtype)]
 
     return run
+
+
+def _legacy_broadcast(a: np.ndarray, b: np.ndarray, attrs: Attrs) -> np.ndarray:
+    """``b`` shaped for the broadcast of Add/Sub/Mul/Div 1-6 (``broadcast=1``): its dims match ``a``'s from ``axis``.
+
+    Without ``axis`` the dims of ``b`` are a suffix of ``a``'s (a scalar ``b`` matches anything).
+    """
+    if not attrs.get("broadcast", 0):
+        raise ReferenceEvalError("binary op below opset 7 without broadcast=1 on different shapes")
+    if b.ndim > a.ndim:
+        raise ReferenceEvalError("binary op below opset 7: B has a higher rank than A")
+    if b.size == 1:  # a 1-element B, of any rank up to A's
+        return b.reshape([1] * a.ndim)
+    axis = int(attrs.get("axis", a.ndim - b.ndim))
+    if axis < 0 or axis + b.ndim > a.ndim or tuple(a.shape[axis:axis + b.ndim]) != b.shape:
+        raise ReferenceEvalError(f"binary op below opset 7: B of shape {list(b.shape)} does not match A of "
+                                 f"shape {list(a.shape)} at axis {axis}")
+    return b.reshape([1] * axis + list(b.shape) + [1] * (a.ndim - axis - b.ndim))
 
 
 def _single(fn: Callable[[np.ndarray, Attrs, int], np.ndarray]) -> OpFn:
@@ -363,6 +383,7 @@ _OPS: dict[str, OpFn] = {
     "Sub": _binary(np.subtract),
     "Add": _binary(np.add),
     "Mul": _binary(np.multiply),
+    "Div": _binary(np.divide),
     "Equal": lambda ins, at, v: [np.asarray(np.equal(_at(ins, 0), _at(ins, 1)))],
     "OneHot": _one_hot,
     "Cast": _cast,
@@ -386,7 +407,7 @@ _VERSIONS: dict[str, tuple[int, ...]] = {
     "Transpose": (1, 13, 21, 23, 24, 25), "Flatten": (1, 9, 11, 13, 21, 23, 24, 25),
     "Reshape": (1, 5, 13, 14, 19, 21, 23, 24, 25), "Shape": (1, 13, 15, 19, 21, 23, 24, 25),
     "Gather": (1, 11, 13), "Slice": (1, 10, 11, 13), "Sub": (1, 6, 7, 13, 14), "Add": (1, 6, 7, 13, 14),
-    "Mul": (1, 6, 7, 13, 14), "Equal": (1, 7, 11, 13, 19), "OneHot": (9, 11),
+    "Mul": (1, 6, 7, 13, 14), "Div": (1, 6, 7, 13, 14), "Equal": (1, 7, 11, 13, 19), "OneHot": (9, 11),
     "Cast": (1, 6, 9, 13, 19, 21, 23, 24, 25), "Identity": (1, 13, 14, 16, 19, 21, 23, 24, 25),
     "Constant": (1, 9, 11, 12, 13, 19, 21, 23, 24, 25), "Unsqueeze": (1, 11, 13, 21, 23, 24, 25),
     "Squeeze": (1, 11, 13, 21, 23, 24, 25), "Concat": (1, 4, 11, 13),

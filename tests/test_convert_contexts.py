@@ -118,7 +118,8 @@ def test_control_flow_bodies(src: int, target: int) -> None:
     result = lowerer.convert(model, target_opset=target, verify=False)
     converted = result.model
     check_model_full(converted)
-    scopes = {r.scope for r in result.report.rewrites}
+    # A node crossing a meaning change as it is (Scan 9 -> 11) is recorded, to be checked: not counted here.
+    scopes = {r.scope for r in result.report.rewrites if [r.original] != r.replacement}
     # Upward ArgMax/ArgMin steps and Hardmax 1 -> 11 leave the node as it is: no rewrite then.
     argmax_rewritten = since("ArgMax", target) < since("ArgMax", src)
     hardmax_rewritten = since("Hardmax", src) != since("Hardmax", target) and \

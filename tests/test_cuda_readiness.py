@@ -269,11 +269,21 @@ def test_an_onnxruntime_cpu_kernel_that_departs_from_the_spec_is_named(monkeypat
                               "g", [helper.make_tensor_value_info("x", T.FLOAT, [3, 4])],
                               [helper.make_tensor_value_info("y", T.INT64, [3, 1])])
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 12)], ir_version=7)
+    # Not a listed departure: the reference agreeing with the replacement does not overrule onnxruntime.
+    with pytest.raises(lowerer.VerificationError, match="failed verification on CPUExecutionProvider"):
+        lowerer.convert(model, target_opset=11)
+    # Listed (op, version, provider, condition, source): accepted, named, with its source.
+    from lowerer.verification import blame
+
+    monkeypatch.setitem(blame.CONDITIONS, "fake", lambda inputs: True)
+    fake = blame.Departure("ArgMax", (12,), CPU, "fake", "the fake kernel ignores select_last_index", "this test")
+    monkeypatch.setattr(blame, "departures", lambda: (fake,))
     result = lowerer.convert(model, target_opset=11)
     rewrite = next(r for r in result.report.rewrites if r.op_type == "ArgMax")
+    # A listed departure: the original is judged by its spec, the departure and its source stated
     assert rewrite.status == "verified"
-    said = rewrite.details["kernel_departure"]["statement"]
-    assert "CPUExecutionProvider kernel of ArgMax-12 departs from the ONNX spec" in said
+    said = rewrite.details["original_fallback"]
+    assert "the fake kernel ignores select_last_index (source: this test)" in said
 
 
 def test_whole_model_check_names_the_provider_that_departs(monkeypatch: pytest.MonkeyPatch) -> None:

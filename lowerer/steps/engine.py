@@ -31,12 +31,14 @@ from lowerer.steps import generic
 from lowerer.steps.changes import (
     AttrAdded,
     Broadcast,
+    DefaultChanged,
     InputAdded,
     NegativeValues,
     NewAttrValues,
     NoChange,
     OptionalInput,
     OutputAdded,
+    Semantics,
     Types,
 )
 from lowerer.steps.emitter import Emitter, Rule
@@ -54,6 +56,7 @@ from lowerer.steps.registry import (
     step_ends,
 )
 from lowerer.steps.stamping import MAX_PER_KEY, NamesMade, Pattern, Recorder, record, static_key
+from lowerer.steps.table import steps_between
 
 __all__ = ["Conversion", "Pick", "Picker", "StepEngine", "first_version", "refuse_attribute_references"]
 
@@ -168,6 +171,7 @@ class StepEngine:
         self.picked_ops = picked_ops if picker is not None else frozenset()
         self._used = used
         self._untouched: dict[tuple[str, int, int], bool] = {}
+        self._meaning: dict[tuple[str, int, int], bool] = {}
         self._tables: dict[tuple[int, int], dict[str, bool]] = {}
         self._forms: dict[tuple[str, str, tuple[object, ...]], Rule] = {}
         self._own_ops = frozenset(op for name in request.decompose for op in registry.decompositions[name].op_types)
@@ -226,7 +230,9 @@ class StepEngine:
         """
         key = None if self.picker is not None else static_key(node, scope, source, target)
         if key is None:
-            return self._convert(node, scope, source, target, self.shapes, self.constants, self._used)
+            before = node.SerializeToString()
+            return self._untouched_input(node, scope, source, target, before, self._convert(
+                node, scope, source, target, self.shapes, self.constants, self._used))
         patterns = self._patterns.setdefault(key, [])
         for pattern in patterns:
             if pattern.matches(node, scope, self.shapes, self.constants, self._used):
@@ -234,8 +240,12 @@ class StepEngine:
                 return self._stamp(pattern, node, scope, source, target)
         recorder = Recorder(node, self.shapes, self.constants, self._used)
         names, self.names = self.names, NamesMade(self.names)  # type: ignore[assignment]
+        # The rules run on this node: it must come out as it went in (the rewrite's original is taken
+        # from it). Once per pattern, stamps run no rule.
+        before = node.SerializeToString()
         try:
-            conversion = self._convert(node, scope, source, target, recorder, recorder, recorder)
+            conversion = self._untouched_input(node, scope, source, target, before, self._convert(
+                node, scope, source, target, recorder, recorder, recorder))
             made = self.names
         finally:
             self.names = names
@@ -248,6 +258,27 @@ class StepEngine:
             if recorded is not None:
                 patterns.append(recorded)
         return conversion
+
+    @staticmethod
+    def _untouched_input(node: onnx.NodeProto, scope: Scope, source: int, target: int, before: bytes,
+                         conversion: Conversion | None) -> Conversion | None:
+        """``conversion``, after checking that no rule changed ``node`` (serialized as ``before``) in place.
+
+        Raises:
+            ConversionError: a rule changed its input node (a bug in that rule: its rewrite would be
+                compared with the changed node, not the user's); the node is restored first.
+        """
+        if node.SerializeToString() == before:
+            return conversion
+        node.Clear()
+        node.MergeFromString(before)
+        entries = ", ".join(dict.fromkeys(f"{c.kind} {c.entry!r}" for c in conversion.crossings)) \
+            if conversion is not None and conversion.crossings else "a rule"
+        raise ConversionError(
+            f"node {node_label(node)} ({node.op_type}-{since_version(node.op_type, source)}, in {scope.path}) cannot "
+            f"be converted to opset {target}: internal error: {entries} changed the node it was given in place, so "
+            "its rewrite cannot be checked against the original; this is a bug in lowerer (please report it)",
+            node=node, scope=scope.path)
 
     def _stamp(self, pattern: Pattern, node: onnx.NodeProto, scope: Scope, source: int, target: int
                ) -> Conversion | None:
@@ -275,10 +306,33 @@ class StepEngine:
         if nodes is not None and conversion.constants:  # a constant one step made, a later step folded away
             read = used_names_of(nodes).union(node.output)  # a constant may be the node's own output
             conversion.constants = [c for c in conversion.constants if c.name in read]
-        if nodes is None or (len(nodes) == 1 and not conversion.constants and nodes[0] == node):
-            return None  # stays, or crossed the steps without any change: a relabel
+        if nodes is None:
+            return None  # stays
+        if len(nodes) == 1 and not conversion.constants and nodes[0] == node:
+            # Crossed the steps without any change: a relabel, unless a step crossed changed the meaning;
+            # then the same bytes are a claim (the axis still means the same) and are checked like any rewrite.
+            if not conversion.crossings or not self._meaning_changes(node, source, target):
+                return None
+            same = onnx.NodeProto()
+            same.CopyFrom(node)
+            nodes = [same]
         conversion.nodes = nodes
         return conversion
+
+    def _meaning_changes(self, node: onnx.NodeProto, source: int, target: int) -> bool:
+        """Whether a step ``node`` crosses from ``source`` to ``target`` changed the op's meaning or a default."""
+        if node.domain not in ("", "ai.onnx"):
+            return False
+        key = (node.op_type, source, target)
+        known = self._meaning.get(key)
+        if known is None:
+            try:
+                crossed = steps_between(node.op_type, source, target)
+            except KeyError:
+                crossed = []
+            known = self._meaning[key] = any(isinstance(c, (Semantics, DefaultChanged))
+                                             for s in crossed for c in s.changes)
+        return known
 
     def _with_remedy(self, e: ConversionError, node: onnx.NodeProto, scope: Scope, source: int,
                      target: int) -> ConversionError:

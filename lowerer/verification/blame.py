@@ -11,26 +11,36 @@ checked again before the rewrite is blamed (:meth:`lowerer.verification.check.Re
   that departs (the side whose outputs differ between the two providers on the failing inputs)
   and one warning line says so;
 * with the original judged by lowerer's numpy reference (the op's spec), when the CPU disagrees
-  too: the replacement agreeing with the spec means onnxruntime's CPU kernel of the original
-  departs from the spec. The rewrite stands, verified against the spec; one warning line says so.
+  too: the replacement agreeing with the spec, on inputs that meet a departure listed with its
+  source in ``departures.json`` (op, since-versions, provider, condition), means onnxruntime's CPU
+  kernel of the original departs from the spec. The rewrite stands, verified against the spec; one
+  warning line says so. A departure not on the list is not assumed: the failure stands, and the
+  record says the reference agreed (``spec_agrees``).
 
 Otherwise the failure stands and the rewrite is refused, as before.
 """
 
 from __future__ import annotations
 
+import json
 import logging
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from functools import cache
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+import ml_dtypes
 import numpy as np
 
+from lowerer.opsets import since_version
 from lowerer.verification.result import CheckResult
 
 if TYPE_CHECKING:
     from lowerer.report import Rewrite
 
-__all__ = ["BY_SPEC", "kernel_departs_from_spec", "provider_departs", "worst_gap"]
+__all__ = ["BY_SPEC", "CONDITIONS", "Departure", "departures", "kernel_departs_from_spec", "listed_departure",
+           "provider_departs", "unlisted", "worst_gap"]
 
 logger = logging.getLogger(__name__)
 
@@ -38,6 +48,77 @@ logger = logging.getLogger(__name__)
 BY_SPEC = "second opinion: the original judged by its spec (lowerer's numpy reference)"
 
 _WARNED: set[str] = set()
+
+
+@dataclass(frozen=True)
+class Departure:
+    """One known departure of an onnxruntime kernel from the ONNX spec (an entry of ``departures.json``).
+
+    Attributes:
+        op: the op whose kernel departs.
+        versions: the since-versions it departs at.
+        provider: the execution provider of the kernel.
+        condition: the name of the inputs it departs on (a key of :data:`CONDITIONS`).
+        statement: what the kernel does instead of the spec.
+        source: where that is known from (onnxruntime's source, a measurement, an issue).
+    """
+
+    op: str
+    versions: tuple[int, ...]
+    provider: str
+    condition: str
+    statement: str
+    source: str
+
+
+def _all_minus_inf_plane(inputs: Sequence[np.ndarray]) -> bool:
+    """Input 0 (N, C, spatial...) has a non-empty plane whose values are all -inf."""
+    x = np.asarray(inputs[0]) if inputs else None
+    if x is None or x.ndim < 3 or not (x.dtype.kind == "f" or x.dtype == np.dtype(ml_dtypes.bfloat16)):
+        return False
+    planes = x.astype(np.float64).reshape(x.shape[0] * x.shape[1], -1)
+    return planes.shape[1] > 0 and bool(np.any(np.all(np.isneginf(planes), axis=1)))
+
+
+#: The conditions ``departures.json`` may name: each says whether a check's failing inputs (in the
+#: original node's input order) are ones the departure is known on.
+CONDITIONS: dict[str, Callable[[Sequence[np.ndarray]], bool]] = {
+    "all_minus_inf_plane": _all_minus_inf_plane,
+}
+
+
+@cache
+def departures() -> tuple[Departure, ...]:
+    """The departures listed in ``lowerer/verification/departures.json`` (each with its source)."""
+    data = json.loads((Path(__file__).with_name("departures.json")).read_text(encoding="utf-8"))
+    out = []
+    for d in data["departures"]:
+        if d["condition"] not in CONDITIONS or not d.get("source"):
+            raise ValueError(f"departures.json: entry for {d['op']} names an unknown condition or no source")
+        out.append(Departure(d["op"], tuple(d["versions"]), d["provider"], d["condition"], d["statement"],
+                             d["source"]))
+    return tuple(out)
+
+
+def listed_departure(op: str, version: int, provider: str, inputs: Sequence[np.ndarray]) -> Departure | None:
+    """The listed departure of ``op``-``version`` on ``provider`` that the failing ``inputs`` meet, or None."""
+    for d in departures():
+        if d.op == op and version in d.versions and d.provider == provider and CONDITIONS[d.condition](inputs):
+            return d
+    return None
+
+
+def departures_of(nodes: Sequence[Any], opset: int, provider: str) -> list[Departure]:
+    """The listed departures of ``provider``'s kernels for the ops of ``nodes`` at ``opset`` (any condition)."""
+    return [d for n in nodes for d in departures()
+            if d.op == n.op_type and d.provider == provider and since_version(n.op_type, opset) in d.versions]
+
+
+def unlisted(rewrite: Rewrite, failed: CheckResult) -> str:
+    """What a failure's record says when the spec agreed with the replacement but no listed departure applies."""
+    return (f"lowerer's numpy reference of {rewrite.op_type}-{rewrite.from_version} agrees with the replacement, "
+            f"but no departure of {failed.provider or 'CPUExecutionProvider'}'s kernel is listed for these inputs "
+            "(lowerer/verification/departures.json): the failure stands")
 
 
 def worst_gap(a: Sequence[np.ndarray] | None, b: Sequence[np.ndarray] | None) -> str | None:
@@ -90,14 +171,16 @@ def provider_departs(rewrite: Rewrite, failed: CheckResult, on_cpu: CheckResult,
     return CheckResult("verified", f"{on_cpu.reason}; {said}", on_cpu.provider, details)
 
 
-def kernel_departs_from_spec(rewrite: Rewrite, failed: CheckResult, by_spec: CheckResult) -> CheckResult:
-    """The spec (numpy reference) agrees with the replacement where onnxruntime's original did not."""
+def kernel_departs_from_spec(rewrite: Rewrite, failed: CheckResult, by_spec: CheckResult,
+                             listed: Departure) -> CheckResult:
+    """The spec (numpy reference) agrees with the replacement where onnxruntime disagreed (a listed departure)."""
     original = f"{rewrite.op_type}-{rewrite.from_version}"
     on = failed.provider or "CPUExecutionProvider"
-    said = (f"onnxruntime's {on} kernel of {original} departs from the ONNX spec here "
+    said = (f"onnxruntime's {on} kernel of {original} departs from the ONNX spec here: {listed.statement} "
             f"(lowerer's numpy reference of {original} agrees with the replacement)")
     details: dict[str, Any] = {**by_spec.details, "kernel_departure": {
-        "kernel": f"{on} {original}", "statement": said, "failure_on_provider": failed.failure or failed.reason}}
+        "kernel": f"{on} {original}", "statement": said, "condition": listed.condition, "source": listed.source,
+        "failure_on_provider": failed.failure or failed.reason}}
     _warn_once(f"spec:{on}:{original}:{rewrite.rule}",
                f"{said}; node {rewrite.node!r}'s rewrite is verified against the spec "
                f"(onnxruntime: {failed.failure or failed.reason})")

@@ -254,11 +254,15 @@ def _as_float(a: np.ndarray) -> np.ndarray:
     return a
 
 
-def compare(expected: np.ndarray, actual: np.ndarray, tol: Tolerance | None = None) -> tuple[Difference | None, float]:
+def compare(expected: np.ndarray, actual: np.ndarray, tol: Tolerance | None = None,
+            signed_zero: bool = True) -> tuple[Difference | None, float]:
     """The first difference (None if equal) and the largest absolute difference seen.
 
-    Exact comparison is numeric equality, with NaN equal to NaN in the same place; ``+0`` and
-    ``-0`` compare equal (IEEE leaves max/min of the two zeros to the implementation).
+    Exact comparison (``tol`` None or exact) is bit equality of the values: NaN equals NaN in the same
+    place whatever its payload, and ``+0`` differs from ``-0`` (a rule promising the sign of zero,
+    Gemm's ``C = -0.0`` or a scatter's ``max``, must keep it). Under a tolerance the two zeros are equal.
+    ``signed_zero=False`` accepts either zero where the original's kernel does not fix it (see
+    :data:`SIGN_UNSTABLE_OPS`).
     """
     if expected.dtype != actual.dtype:
         return Difference(f"element types differ: original {expected.dtype}, replacement {actual.dtype}"), float("inf")
@@ -277,8 +281,10 @@ def compare(expected: np.ndarray, actual: np.ndarray, tol: Tolerance | None = No
         diff[nan_e & nan_a] = 0.0
         diff[(e == a)] = 0.0
         diff[nan_e != nan_a] = np.inf
-        if tol is None:
+        if tol is None or tol.exact:
             bad = ~((e == a) | (nan_e & nan_a))
+            if signed_zero:
+                bad |= (e == 0) & (a == 0) & (np.signbit(e) != np.signbit(a))
         else:
             finite = np.isfinite(e) & np.isfinite(a)
             close = finite & _close(expected, actual, diff, np.abs(e.astype(np.float64)), tol)
@@ -291,7 +297,9 @@ def compare(expected: np.ndarray, actual: np.ndarray, tol: Tolerance | None = No
         return None, max_diff
     flat = int(np.argwhere(bad)[0][0])
     index = tuple(int(i) for i in np.unravel_index(flat, shape))
-    return Difference("values differ", index, _scalar(expected[flat]), _scalar(actual[flat])), max_diff
+    what = "values differ (the sign of zero)" if e.dtype.kind == "f" and e[flat] == 0 and a[flat] == 0 \
+        else "values differ"
+    return Difference(what, index, _scalar(expected[flat]), _scalar(actual[flat])), max_diff
 
 
 def _scalar(v: object) -> object:
