@@ -103,14 +103,14 @@ def test_1_report_written_on_failed_verification(tmp_path: Path, monkeypatch: py
 
 def test_1_a_report_that_cannot_be_written_leaves_no_model(model_dir: Path, tmp_path: Path,
                                                            monkeypatch: pytest.MonkeyPatch) -> None:
-    real = model_io._stage_bytes
+    real = model_io.saving._stage_bytes
 
     def failing(tx: Transaction, path: Path, payload: bytes) -> None:
         if path.suffix == ".json":
             raise InputError(f"{path}: cannot write it (No space left on device)")
         real(tx, path, payload)
 
-    monkeypatch.setattr(model_io, "_stage_bytes", failing)
+    monkeypatch.setattr(model_io.saving, "_stage_bytes", failing)
     convert_refused(tmp_path, [model_dir / "m.onnx", "-o", tmp_path / "out/o.onnx", "--target-opset", "13",
                                "--report", tmp_path / "out/r.json"], "No space left")
 
@@ -415,7 +415,7 @@ def test_7_two_conversions_copy_into_one_folder_at_once(model_dir: Path, tmp_pat
 # -- 8 (the part that needs no signal): folders created for data files go when the run fails ---------------
 def test_8_created_folders_removed_after_a_failure(model_dir: Path, tmp_path: Path,
                                                    monkeypatch: pytest.MonkeyPatch) -> None:
-    real = model_io._stage_bytes
+    real = model_io.saving._stage_bytes
     staged: list[Path] = []
 
     def disk_full(tx: Transaction, path: Path, payload: bytes) -> None:  # the model, after the data files
@@ -425,7 +425,7 @@ def test_8_created_folders_removed_after_a_failure(model_dir: Path, tmp_path: Pa
             raise InputError(f"{path}: cannot write it (No space left on device)")
         real(tx, path, payload)
 
-    monkeypatch.setattr(model_io, "_stage_bytes", disk_full)
+    monkeypatch.setattr(model_io.saving, "_stage_bytes", disk_full)
     convert_refused(tmp_path, [model_dir / "m.onnx", "-o", tmp_path / "out/o.onnx", "--target-opset", "13",
                                "--external-data", "newdir/deeper/d.bin"], "No space left")
     d = tmp_path / "model2"
@@ -565,7 +565,7 @@ def test_11_save_model_bad_paths_are_lowerer_errors(tmp_path: Path) -> None:
 
 def test_11_a_model_over_the_protobuf_limit(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """Over 2 GiB inline: refused up front when saved inline, saved with external_data (limit scaled down)."""
-    monkeypatch.setattr(model_io, "PROTOBUF_LIMIT", 2000)
+    monkeypatch.setattr(model_io.saving, "PROTOBUF_LIMIT", 2000)  # what _serialize reads
     model = model_with_weights()
     model.graph.initializer[0].CopyFrom(numpy_helper.from_array(np.arange(24 * 100, dtype=np.float32)
                                                                 .reshape(2, 3, 400)[:, :, :4].copy(), "W"))

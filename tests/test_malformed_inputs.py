@@ -63,8 +63,8 @@ def test_wrong_attribute_type_is_refused_naming_node_and_attribute() -> None:
 
 
 def test_held_weights_come_back_and_the_input_is_untouched(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr("lowerer.model_io.HEAVY_MODEL_BYTES", 100)
-    monkeypatch.setattr("lowerer.model_io.HELD_TENSOR_BYTES", 100)
+    monkeypatch.setattr("lowerer.model_io.reading.HEAVY_MODEL_BYTES", 100)
+    monkeypatch.setattr("lowerer.model_io.reading.HELD_TENSOR_BYTES", 100)
     weight = numpy_helper.from_array(np.arange(64, dtype=np.float32).reshape(2, 32), "w")
     nodes = [helper.make_node("Hardmax", ["x"], ["h"], axis=1, name="hm"), helper.make_node("Add", ["h", "w"], ["y"])]
     model = make_model(nodes, [value_info("x", F, [2, 32])], [value_info("y", F, [2, 32])], 11, initializers=[weight])
@@ -79,7 +79,7 @@ def test_held_weights_come_back_and_the_input_is_untouched(monkeypatch: pytest.M
     np.testing.assert_array_equal(numpy_helper.to_array(out), numpy_helper.to_array(weight))
     assert result.model.opset_import[0].version == 13
     with pytest.raises(InputError, match=r"verify_model, optimize and for_backend"):
-        monkeypatch.setattr("lowerer.model_io.PROTOBUF_LIMIT", 100)
+        monkeypatch.setattr("lowerer.model_io.reading.PROTOBUF_LIMIT", 100)
         lowerer.convert(model, target_opset=13, verify=False, verify_model=True)
 
 

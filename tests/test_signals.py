@@ -74,19 +74,19 @@ _DRIVER = textwrap.dedent("""
         import lowerer.files as files
         import lowerer.model_io as model_io
         if phase == "copy":  # halfway through copying the data file beside the output
-            real_copy = model_io._copy_range
+            real_copy = model_io.writing._copy_range
             def copy(src, dst, so, do, n):
                 real_copy(src, dst, so, do, n // 2)
                 signal.raise_signal(sig)
                 real_copy(src, dst, so + n // 2, do + n // 2, n - n // 2)
-            model_io._copy_range = copy
+            model_io.writing._copy_range = copy
         elif phase == "write":  # halfway through writing the model's bytes
-            real_write = model_io._write_all
+            real_write = model_io.writing._write_all
             def write(fd, data, offset):
                 real_write(fd, data[: len(data) // 2], offset)
                 signal.raise_signal(sig)
                 real_write(fd, data[len(data) // 2:], offset + len(data) // 2)
-            model_io._write_all = write
+            model_io.writing._write_all = write
         elif phase in ("before-commit", "in-commit"):
             real = files.Transaction.commit if phase == "before-commit" else files.Transaction._place
             def hook(self, *args):

@@ -1,0 +1,62 @@
+"""Loading and saving models: every input checked before it is read, every output planned before any work.
+
+What each module owns (they import one way: ``saving`` → ``writing`` → ``reading`` → ``external_data``):
+
+* :mod:`.external_data`: every external-data reference found (:func:`iter_tensors`) and checked
+  (:func:`check_external_data`): inside the model's folder, no symbolic link on the way, a regular
+  file, an ``offset`` / ``length`` within it that match the tensor's type and shape;
+* :mod:`.reading`: loading (:func:`load_input`, :func:`read_model`, :func:`load_model`): the model
+  file must be a regular file (checked with ``os.stat`` before it is opened: a FIFO or a device is
+  refused, never read) of at most 2 GiB (protobuf's limit); then its external data and its
+  structure (:func:`lowerer.structure.check_structure`) are checked. Weights are never read. And
+  the in-memory working copy that holds large weights back (:func:`working_copy`);
+* :mod:`.writing`: bytes staged into a :class:`lowerer.files.Transaction` (unique temporaries,
+  committed all together, nothing left behind on a failure or a signal), and the one data file
+  every weight can go to (:func:`write_single_data_file`);
+* :mod:`.saving`: :func:`plan_outputs` checks every path to be written (the model, its data files,
+  a report) against the others and against the input's files before any work, then
+  :func:`write_outputs` writes them all or nothing; :func:`save_model` does both.
+
+Every public name is importable from ``lowerer.model_io`` itself, as before the split.
+"""
+
+from __future__ import annotations
+
+from lowerer.model_io.external_data import check_external_data, external_data_locations, iter_tensors
+from lowerer.model_io.reading import (
+    HEAVY_MODEL_BYTES,
+    HELD_LOCATION,
+    HELD_TENSOR_BYTES,
+    PROTOBUF_LIMIT,
+    HeldWeights,
+    InputModel,
+    load_input,
+    load_model,
+    read_model,
+    working_copy,
+)
+from lowerer.model_io.saving import OutputPlan, plan_outputs, save_model, write_outputs
+from lowerer.model_io.writing import DATA_ALIGNMENT, DATA_THRESHOLD, write_single_data_file
+
+__all__ = [
+    "DATA_ALIGNMENT",
+    "DATA_THRESHOLD",
+    "HEAVY_MODEL_BYTES",
+    "HELD_LOCATION",
+    "HELD_TENSOR_BYTES",
+    "PROTOBUF_LIMIT",
+    "HeldWeights",
+    "InputModel",
+    "OutputPlan",
+    "check_external_data",
+    "external_data_locations",
+    "iter_tensors",
+    "load_input",
+    "load_model",
+    "plan_outputs",
+    "read_model",
+    "save_model",
+    "working_copy",
+    "write_outputs",
+    "write_single_data_file",
+]
