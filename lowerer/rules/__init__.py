@@ -11,8 +11,8 @@ here registers nothing: ``tests/test_registry.py`` checks every module of the pa
   (``argmax-topk``, ``hardmax-topk``, ``shape-slice``);
 * lowerings (ops with no function body written with older ops, for targets that lack them): :mod:`.trilu`,
   :mod:`.mod`, :mod:`.cumsum`, :mod:`.constant_of_shape`, :mod:`.gather_elements`, :mod:`.einsum`,
-  :mod:`.expand_where`, GridSample-16's in :mod:`.grid_sample` (beside its 16 ↔ 20 adapter), and Resize's in
-  :mod:`.resize`;
+  :mod:`.expand_where`, :mod:`.deform_conv`, GridSample-16's in :mod:`.grid_sample` (beside its 16 ↔ 20
+  adapter), and Resize's in :mod:`.resize`;
 * version-step adapters and documented refusals: :mod:`.attention`, :mod:`.cast`, :mod:`.control_flow`,
   :mod:`.elementwise`, :mod:`.grid_sample`, :mod:`.group_norm`, :mod:`.normalization`, :mod:`.quantization`,
   :mod:`.reduction`, :mod:`.resize`, :mod:`.scan`, :mod:`.scatter`, :mod:`.shape_ops`, :mod:`.tensor_ops`,
@@ -30,6 +30,7 @@ from lowerer.rules import (  # noqa: F401  (imported to register their adapters)
     constant_of_shape,
     control_flow,
     cumsum,
+    deform_conv,
     dft,
     einsum,
     elementwise,
