@@ -18,6 +18,7 @@ import onnx
 
 from lowerer.errors import ConversionError, InputError
 from lowerer.opsets import default_opset
+from lowerer.remedies import for_static_inputs
 from lowerer.scopes import iter_scopes, node_graphs
 
 if TYPE_CHECKING:
@@ -276,12 +277,25 @@ def inspect_model(path: str | os.PathLike[str], *, target_opset: int | None = No
         "functions": [f"{f.domain}.{f.name}" for f in model.functions],
         **model_summary(model),
     }
+    static = _static_inputs(info["inputs"])
     if reach:
         info["reachable_opsets"] = opset_reach(model, names)  # before the dry run changes the model
+        for key in ("lowest_limit", "highest_limit"):
+            found = info["reachable_opsets"][key]
+            if static and found is not None:
+                found["refusal"] = for_static_inputs(found["refusal"])
     if options.converts:
         report, refused = _dry_run(source, options)
+        if static and refused is not None:
+            refused = for_static_inputs(refused)
         info["plan"] = _plan(report, refused, options, info["default_opset"])
     return info
+
+
+def _static_inputs(inputs: list[dict[str, Any]]) -> bool:
+    """Whether every input (:func:`model_summary`'s records) is a tensor of static dims."""
+    return all(v["dims"] is not None and all(isinstance(d, int) and not isinstance(d, bool) for d in v["dims"])
+               for v in inputs)
 
 
 def inspect_backend(path: object, for_backend: str, *, target_opset: int | None = None,

@@ -14,12 +14,15 @@ import re
 
 __all__ = [
     "ADD_SHAPES",
+    "ADD_SHAPES_STATIC",
     "ADD_TYPES",
     "FALLBACK",
     "MAKE_CONSTANT",
+    "MAKE_CONSTANT_STATIC",
     "REACHED",
     "REMEDY",
     "ends_with_remedy",
+    "for_static_inputs",
     "last_clause",
     "reach_clause",
     "with_reach",
@@ -35,6 +38,12 @@ ADD_SHAPES = ("add shape information (value_info) for it, or make the input shap
 #: How to make a run-time value a constant: static input shapes fold the shape computations it comes from.
 MAKE_CONSTANT = ("make it a constant: export with static input shapes (or python -m "
                  "onnxruntime.tools.make_dynamic_shape_fixed) so that the shape computation it comes from folds")
+#: :data:`ADD_SHAPES` for a model whose input shapes are static already.
+ADD_SHAPES_STATIC = ("add shape information (value_info) for it (the model's input shapes are static already, and "
+                     "onnx's shape inference does not carry them to this value)")
+#: :data:`MAKE_CONSTANT` for a model whose input shapes are static already.
+MAKE_CONSTANT_STATIC = ("it is not a constant although the model's input shapes are static (it is computed from the "
+                        "input data, or by ops lowerer does not fold)")
 #: What keeps a node a backend profile names but no exact form replaces (``--for``).
 FALLBACK = "--allow-fallback (API: allow_fallback=True) keeps it for onnxruntime's fallback"
 
@@ -42,13 +51,18 @@ FALLBACK = "--allow-fallback (API: allow_fallback=True) keeps it for onnxruntime
 REMEDY = re.compile(
     r"(lowest|highest) opset (this node can be taken to|that works|for this node) is \d+"
     r"|target(ing)? opset (>=|<=|\d)|target (>=|<=) \d|choose a target opset|keep (the model at |an )?opset"
-    r"|re-export|export with|static (input )?shapes|--[a-z][a-z-]+"
+    r"|re-export|re-quantize|export with|static (input )?shapes|--[a-z][a-z-]+"
     r"|add (type|shape) information|value_info|make_dynamic_shape_fixed"
     r"|inline the function|give (the node |literal )|please report it|convert(s)? from the model",
     re.IGNORECASE)
 
 #: The opset :func:`reach_clause` names (group 1).
 REACHED = re.compile(r"(?:lowest|highest) opset this node can be taken to is (\d+)")
+
+
+def for_static_inputs(message: str) -> str:
+    """``message`` without advice to make the input shapes static, for a model whose input shapes are static."""
+    return message.replace(ADD_SHAPES, ADD_SHAPES_STATIC).replace(MAKE_CONSTANT, MAKE_CONSTANT_STATIC)
 
 
 def last_clause(message: str) -> str:
