@@ -125,8 +125,7 @@ def _decompositions() -> list[Mutant]:
         Mutant("globalmaxpool-one-axis", "decomposition", decomposition("globalmaxpool", set_attr(
             "ReduceMax", "axes", lambda v: [2])), gmp, 13, {"decompose": "globalmaxpool"}),
         Mutant("globalmaxpool-ort-lowest", "decomposition", decomposition("globalmaxpool", lambda em: _clip_lowest(em)),
-               gmp, 13, {"decompose": "globalmaxpool"},
-               known_gap="needs an all -inf plane among the generated inputs (issue 31 item 4, inputs)"),
+               gmp, 13, {"decompose": "globalmaxpool"}),
     ]
 
 
