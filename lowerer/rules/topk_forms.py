@@ -80,12 +80,13 @@ def _widening(em: Emitter, v: str, elem: int | None) -> int | None:
 
 
 def first_extremum_topk(em: Emitter, v: str, axis: int, keepdims: int | None, largest: bool,
-                        outputs: list[str] | None = None) -> str:
+                        outputs: list[str] | None = None, pad: bool = False) -> str:
     """The int64 index of the first maximum (``largest``) or minimum of ``v`` along ``axis``, as ArgMax/ArgMin.
 
     ``TopK(k=1)``'s indices (size 1 along ``axis``), squeezed when ``keepdims`` is 0; written to
     ``outputs`` when given. TopK-1 takes ``k`` as an attribute, TopK-10 as an input, TopK-11 also
-    ``largest`` (below it a minimum is the maximum of ``Neg(v)``, float types only).
+    ``largest`` (below it a minimum is the maximum of ``Neg(v)``, float types only). ``pad`` first
+    appends one least element along the axis (see :func:`_pad_least`), for an axis that may be empty.
     """
     version = em.version_of("TopK")
     assert version is not None
@@ -94,6 +95,9 @@ def first_extremum_topk(em: Emitter, v: str, axis: int, keepdims: int | None, la
         v = em.op("Cast", [v], to=wide)
     if not largest and version < 11:
         v = em.op("Neg", [v])
+        largest = True
+    if pad:
+        v = _pad_least(em, v, axis, largest)
     squeeze = keepdims == 0
     base = em.node.output[0] if em.node.output else "topk"
     values = em.fresh(f"{base}_topk_values")
@@ -113,6 +117,36 @@ def first_extremum_topk(em: Emitter, v: str, axis: int, keepdims: int | None, la
     return em.op("Squeeze", [index], outputs, axes=[axis])
 
 
+def _pad_least(em: Emitter, v: str, axis: int, largest: bool) -> str:
+    """``v`` with one element appended along ``axis`` that never is the first extremum of a non-empty axis.
+
+    ArgMax of an input with an empty axis and another empty dim is an empty tensor in onnxruntime,
+    where TopK(k=1) fails (k is larger than the axis). The appended element is the least value
+    (-inf, or the type's minimum; the greatest for a minimum): it is never strictly better than
+    what comes before it, and among equals TopK keeps the lower index, so a non-empty axis gives
+    the same index; an empty one gives TopK something to read, and the (empty) result its shape.
+    No ``If``: some backends (OpenVINO's provider) refuse graphs holding one.
+    """
+    elem = em.require_elem_type(v, "the value appended along a possibly empty axis is written in it")
+    dtype = onnx.helper.tensor_dtype_to_np_dtype(elem)
+    least = (-np.inf if largest else np.inf) if dtype.kind == "f" else \
+        (np.iinfo(dtype).min if largest else np.iinfo(dtype).max)
+    version = em.version_of("Pad") or 1
+    if version >= 18:
+        return em.op("Pad", [v, em.const(np.array([0, 1], dtype=np.int64), "pads"),
+                             em.const(np.array(least, dtype=dtype), "least"),
+                             em.const(np.array([axis], dtype=np.int64), "axes")])
+    rank = em.require_rank(v, "to pad one element along the possibly empty axis (Pad below opset 18)")
+    pads = [0] * (2 * rank)
+    pads[rank + normalize_axis(axis, rank)] = 1
+    if version >= 11:
+        return em.op("Pad", [v, em.const(np.array(pads, dtype=np.int64), "pads"),
+                             em.const(np.array(least, dtype=dtype), "least")])
+    if version >= 2:
+        return em.op("Pad", [v], pads=pads, value=float(least))
+    return em.op("Pad", [v], paddings=pads, value=float(least))
+
+
 class ArgTopKForm(SelectLastIndexForm):
     """``ArgMax``/``ArgMin`` (1, 11, 12, 13) → ``TopK(k=1)``'s indices, exactly.
 
@@ -122,7 +156,9 @@ class ArgTopKForm(SelectLastIndexForm):
        int64 indices the result; ``Squeeze(axis)`` for ``keepdims=0``;
     2. ``select_last_index=1``: the axis reversed (``Gather`` with a reversed table for a static size,
        ``Slice`` with step -1 otherwise), case 1, the index mapped back, as ``argmax-flip`` does;
-    3. an element type TopK at the target cannot take: widened exactly (see the module), else
+    3. an axis whose size may be 0 in an input that may be empty: one least element appended first
+       (``Pad``, no ``If``; see :func:`_pad_least`);
+    4. an element type TopK at the target cannot take: widened exactly (see the module), else
        refused naming the type and the TopK version; a negative axis below opset 11 made
        non-negative (needs the rank).
     """
@@ -148,7 +184,11 @@ class ArgTopKForm(SelectLastIndexForm):
 
     def _first_extremum(self, em: Emitter, v: str, axis: int, keepdims: int | None,
                         outputs: list[str] | None = None) -> str:
-        return first_extremum_topk(em, v, axis, keepdims, em.node.op_type == "ArgMax", outputs)
+        x = em.node.input[0]
+        dims = em.dims(x)
+        size = dims[normalize_axis(axis, len(dims))] if dims is not None else None
+        pad = (size is None or size == 0) and em.may_be_empty(x)
+        return first_extremum_topk(em, v, axis, keepdims, em.node.op_type == "ArgMax", outputs, pad)
 
 
 class HardmaxTopKForm(HardmaxDecomposition):

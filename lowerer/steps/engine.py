@@ -419,6 +419,9 @@ class StepEngine:
         if conversion.first_version is None:
             conversion.first_version = sv
         if entry.kind == "same-meaning":
+            if pick is None and node.op_type in self.picked_ops and depth <= _MAX_PICK_DEPTH:
+                # A relabel: the node is, as it is, the op at the target's version, where a profile may pick a form.
+                return self._to(node, scope, target, target, facts, conversion, depth)
             return None
         if entry.kind == "expansion":
             return self._expand(node, scope, sv, target, facts, conversion, resolution.why, depth)
