@@ -108,8 +108,8 @@ def quiet_session_options(ort: Any = None) -> Any:
 class SessionMaker:
     """Creates lean onnxruntime sessions (no graph optimizations, one thread, no profiling) and counts them.
 
-    With a ``worker``, a model that holds an op onnxruntime may abort on (:func:`~.worker.may_abort`),
-    or every model when ``isolate_all``, gets its session in that worker process instead.
+    With a ``worker``, :meth:`for_check` gives a model that holds an op onnxruntime may abort on
+    (:func:`~.worker.may_abort`), or every model when ``isolate_all``, a session in that worker process.
     """
 
     def __init__(self, providers: Sequence[str], worker: VerificationWorker | None = None,
@@ -144,8 +144,13 @@ class SessionMaker:
             so.profile_file_prefix = os.path.join(tempfile.gettempdir(), f"lowerer-placement-{os.getpid()}")
         return so
 
-    def create(self, model: onnx.ModelProto | bytes,
-               data_dir: str | os.PathLike[str] | None = None) -> OrtEngine | WorkerEngine | str:
+    def for_check(self, model: onnx.ModelProto) -> OrtEngine | WorkerEngine | str:
+        """A session for one side of a check: in the worker when the model may abort onnxruntime, else here."""
+        if self.worker is not None and (self.isolate_all or may_abort(model)):
+            return self._in_worker(model, self.worker)
+        return self.create(model)
+
+    def create(self, model: onnx.ModelProto | bytes, data_dir: str | os.PathLike[str] | None = None) -> OrtEngine | str:
         """A session for ``model``, or the reason onnxruntime refused it.
 
         ``data_dir``: the folder the model's external data locations are relative to (the
@@ -155,8 +160,6 @@ class SessionMaker:
         disabled; if that fails, it is created again with fallback and the nodes that went to
         the CPU are found by profiling that one session and named in ``placement``.
         """
-        if self.worker is not None and isinstance(model, onnx.ModelProto) and (self.isolate_all or may_abort(model)):
-            return self._in_worker(model, self.worker)
         if self._ort is None:
             self._ort = load_onnxruntime()
         data = model if isinstance(model, bytes) else model.SerializeToString()
