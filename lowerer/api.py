@@ -55,7 +55,7 @@ def convert(model: onnx.ModelProto, *, target_opset: int | None = ..., decompose
             progress: ProgressCallback | None = ..., max_ulp: int | None = ...,
             exact: bool = ..., for_backend: str | None = ...,
             allow_fallback: bool = ..., ir_version: int | None = ...,
-            no_loops: bool = ...) -> ConvertResult[onnx.ModelProto]: ...
+            no_loops: bool = ..., fold_dequantize: bool = ...) -> ConvertResult[onnx.ModelProto]: ...
 @overload
 def convert(model: str | os.PathLike[str], *, target_opset: int | None = ..., decompose: Iterable[str] | str = ...,
             verify: bool = ..., providers: Sequence[str] | None = ..., seed: int = ...,
@@ -63,7 +63,7 @@ def convert(model: str | os.PathLike[str], *, target_opset: int | None = ..., de
             progress: ProgressCallback | None = ..., max_ulp: int | None = ...,
             exact: bool = ..., for_backend: str | None = ...,
             allow_fallback: bool = ..., ir_version: int | None = ...,
-            no_loops: bool = ...) -> ConvertResult[onnx.ModelProto]: ...
+            no_loops: bool = ..., fold_dequantize: bool = ...) -> ConvertResult[onnx.ModelProto]: ...
 @overload
 def convert(model: ir.Model | HasIrModel, *, target_opset: int | None = ..., decompose: Iterable[str] | str = ...,
             verify: bool = ..., providers: Sequence[str] | None = ..., seed: int = ...,
@@ -71,7 +71,7 @@ def convert(model: ir.Model | HasIrModel, *, target_opset: int | None = ..., dec
             progress: ProgressCallback | None = ..., max_ulp: int | None = ...,
             exact: bool = ..., for_backend: str | None = ...,
             allow_fallback: bool = ..., ir_version: int | None = ...,
-            no_loops: bool = ...) -> ConvertResult[ir.Model]: ...
+            no_loops: bool = ..., fold_dequantize: bool = ...) -> ConvertResult[ir.Model]: ...
 
 
 def convert(
@@ -91,6 +91,7 @@ def convert(
     allow_fallback: bool = False,
     ir_version: int | None = None,
     no_loops: bool = False,
+    fold_dequantize: bool = False,
 ) -> ConvertResult[onnx.ModelProto] | ConvertResult[ir.Model]:
     """Convert a model to ``target_opset`` and/or decompose ops, verifying each rewrite.
 
@@ -146,6 +147,11 @@ def convert(
             the updates, much slower than the op), in one line naming the node and the lowest opset that
             keeps the op's own form. Without it such a form is made and recorded (``Crossing.loop``,
             ``report.summary()["loops"]``).
+        fold_dequantize: fold a DequantizeLinear whose inputs are all constants into a float constant
+            where the target's DequantizeLinear cannot express it (per-axis scales below 13, int16/int4/
+            float8 or blocks below the version that brought them), bit-exact with onnxruntime's kernel
+            and verified like every rewrite: a per-channel QDQ model keeps float weights below 13.
+            Without it such a node is refused, naming this option.
 
     Returns:
         A :class:`ConvertResult` whose ``model`` is the same kind as given (an ``onnx_ir.Model``
@@ -170,7 +176,8 @@ def convert(
     options = ConvertOptions.create(target_opset=target_opset, decompose=decompose, verify=verify,
                                     providers=providers, seed=seed, verify_model=verify_model, optimize=optimize,
                                     progress=progress, max_ulp=max_ulp, exact=exact, for_backend=for_backend,
-                                    allow_fallback=allow_fallback, ir_version=ir_version, no_loops=no_loops)
+                                    allow_fallback=allow_fallback, ir_version=ir_version, no_loops=no_loops,
+                                    fold_dequantize=fold_dequantize)
     return run(model, options)
 
 

@@ -47,6 +47,8 @@ class ConvertOptions:
         allow_fallback: with ``profile``, keep nodes no exact form replaces.
         ir_version: the IR version to write (None: the lowest the target and the model allow).
         no_loops: refuse the forms that write a node as a loop over its data (``request.no_loops``).
+        fold_dequantize: fold a DequantizeLinear of constants the target cannot express into a float
+            constant (``request.fold_dequantize``).
     """
 
     target_opset: int | None = None
@@ -64,6 +66,7 @@ class ConvertOptions:
     allow_fallback: bool = False
     ir_version: int | None = None
     no_loops: bool = False
+    fold_dequantize: bool = False
 
     @property
     def converts(self) -> bool:
@@ -99,7 +102,8 @@ class ConvertOptions:
     def create(cls, *, target_opset: Any = None, decompose: Any = (), verify: Any = True, providers: Any = None,
                seed: Any = 0, verify_model: Any = False, optimize: Any = False, progress: Any = None,
                max_ulp: Any = None, exact: Any = False, for_backend: Any = None,
-               allow_fallback: Any = False, ir_version: Any = None, no_loops: Any = False) -> ConvertOptions:
+               allow_fallback: Any = False, ir_version: Any = None, no_loops: Any = False,
+               fold_dequantize: Any = False) -> ConvertOptions:
         """Check every option (see :func:`lowerer.convert` for their meaning) and freeze them.
 
         Raises:
@@ -129,11 +133,12 @@ class ConvertOptions:
         elif allow_fallback is not False:
             raise InputError("allow_fallback goes with for_backend (a backend name)")
         no_loops = check_flag(no_loops, "no_loops")
-        return cls(target_opset=target_opset, decompose=names, request=request_for(names, no_loops),
+        fold = check_flag(fold_dequantize, "fold_dequantize")
+        return cls(target_opset=target_opset, decompose=names, request=request_for(names, no_loops, fold),
                    verify=check_flag(verify, "verify"), providers=None if chosen is None else tuple(chosen),
                    seed=seed_value(seed), verify_model=check, optimize=tuned, progress=check_progress(progress),
                    max_ulp=max_ulp, exact=exact, profile=profile, allow_fallback=bool(allow_fallback),
-                   ir_version=check_ir_version(ir_version), no_loops=no_loops)
+                   ir_version=check_ir_version(ir_version), no_loops=no_loops, fold_dequantize=fold)
 
 
 def model_check_options(value: object, name: str = "verify_model") -> ModelCheckOptions | None:
@@ -149,14 +154,14 @@ def model_check_options(value: object, name: str = "verify_model") -> ModelCheck
     raise InputError(f"{name} must be True, False or a ModelCheckOptions, not {type(value).__name__}")
 
 
-def request_for(names: frozenset[str], no_loops: bool = False) -> Request:
-    """The engine's request: decompositions ``names`` (lowerer's own, ops to expand), and ``no_loops``."""
+def request_for(names: frozenset[str], no_loops: bool = False, fold_dequantize: bool = False) -> Request:
+    """The engine's request: decompositions ``names`` (lowerer's own, ops to expand), ``no_loops``, the fold."""
     from lowerer.rules import REGISTRY
     from lowerer.steps.expansion import expandable_ops
 
     own = frozenset(n for n in names if n in REGISTRY.decompositions)
     ops = expandable_ops()
-    return Request(own, frozenset(ops[n] for n in names - own if n in ops), no_loops)
+    return Request(own, frozenset(ops[n] for n in names - own if n in ops), no_loops, fold_dequantize)
 
 
 def normalize_decompose(decompose: Iterable[str] | str | None) -> frozenset[str]:

@@ -198,6 +198,8 @@ def change_words(rewrite: Rewrite) -> str:
     loops = rewrite.loops
     if loops:
         return f"as {loops[0].loop}"
+    if rewrite.op_type == "DequantizeLinear" and rewrite.emitted in (["initializer"], ["Constant"]):
+        return "folded into a float constant"  # fold_dequantize
     for c in rewrite.crossings:
         if c.kind == "expansion":
             return "as its function body"

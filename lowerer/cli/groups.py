@@ -131,6 +131,11 @@ class ConversionArgs(ArgGroup):
             "help": "Refuse the forms that turn one node into a Loop over its data (ScatterND/ScatterElements "
                     "reductions with run-time indices below the opset that brought them: much slower), naming "
                     "the node and the lowest opset that keeps its own form."}),
+        "fold_dequantize": (("--fold-dequantize",), {
+            "is_flag": True,
+            "help": "Fold a DequantizeLinear of constant weights into a float constant where the target cannot "
+                    "express it (per-channel scales below opset 13, int16/int4/float8 types or blocks below "
+                    "their opsets): a quantized model keeps float weights there; bit-exact, verified."}),
     }
 
     @classmethod
@@ -150,7 +155,7 @@ class ConversionArgs(ArgGroup):
                 given["for_backend"] is None and given.get("ir_version") is None:
             raise click.UsageError("nothing to do: give --target-opset, --decompose, --for and/or --ir-version")
         return {k: given[k] for k in ("target_opset", "decompose", "for_backend", "allow_fallback", "ir_version",
-                                      "no_loops") if k in given}
+                                      "no_loops", "fold_dequantize") if k in given}
 
 
 class VerificationArgs(ArgGroup):

@@ -91,6 +91,8 @@ class Emitter:
         #: Whether the replacement is a loop over the node's data, and its trip count where static.
         self.looped = False
         self.loop_trips: int | None = None
+        #: Fold a DequantizeLinear of constants the target cannot express: the caller's ``fold_dequantize``.
+        self.fold_dequantize = False
 
     # -- facts -------------------------------------------------------------------------------
     def version_of(self, op_type: str) -> int | None:

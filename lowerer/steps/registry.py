@@ -145,11 +145,14 @@ class Request:
         decompose: lowerer's own decompositions asked for, by name (``hardmax``, ``globalmaxpool``).
         expand: ops to expand into their function bodies (schema spelling).
         no_loops: refuse the forms that write a node as a loop over its data (:attr:`Entry.loop_form`).
+        fold_dequantize: fold a DequantizeLinear of constants into a float constant where the target's
+            DequantizeLinear cannot express it (:mod:`lowerer.rules.dequantize_fold`).
     """
 
     decompose: frozenset[str] = frozenset()
     expand: frozenset[str] = frozenset()
     no_loops: bool = False
+    fold_dequantize: bool = False
 
 
 #: Nothing asked besides the target.
