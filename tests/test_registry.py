@@ -80,7 +80,7 @@ def test_every_lowering_is_keyed_by_a_real_version_and_explained() -> None:
     """A lowering entry is keyed (op, since-version) of onnx.defs; explain() and resolve() name it."""
     lowerings = [e for e in REGISTRY.entries() if e.kind == "lowering"]
     assert {e.op for e in lowerings} >= {"Trilu", "Mod", "CumSum", "CumProd", "ConstantOfShape", "GatherElements",
-                                         "Einsum", "GridSample", "Resize", "Expand", "Where"}
+                                         "Einsum", "GridSample", "Resize", "Expand", "Where", "DeformConv"}
     for entry in lowerings:
         assert isinstance(entry.key, tuple) and entry.key[0] in history(entry.op), entry
         assert entry.name == f"{entry.op.lower()}_{entry.key[0]}_lowering"
@@ -89,7 +89,7 @@ def test_every_lowering_is_keyed_by_a_real_version_and_explained() -> None:
     assert resize[-1] == "Resize [lowering resize_10_lowering: no Resize at opset 9]" and len(resize) == 5
     assert "else lowering gridsample_16_lowering" not in REGISTRY.explain("GridSample", 22, 17)[0]
     budgeted = {e.op for e in lowerings if e.budgeted}
-    assert budgeted == {"Einsum", "GridSample"}, budgeted
+    assert budgeted == {"DeformConv", "Einsum", "GridSample"}, budgeted
 
 
 def _cases() -> list[Any]:
