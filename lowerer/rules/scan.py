@@ -122,7 +122,7 @@ def scan_as_loop(em: Emitter) -> None:
                 since_version(inner.op_type, scope_opset):
             em.refuse(f"below Scan-8 it becomes a Loop whose body is read at Scan-{em.opset}'s opset, and the "
                       f"body's {inner.op_type} means another version there than at opset {scope_opset}")
-    loop = loop_from_scan(em, node, given)
+    loop = loop_from_scan(em, node, given, em.opset)
     em.nodes.append(loop)
     em.facts.add_node(loop, em.opset)
 
