@@ -21,8 +21,10 @@ at 16 (``add``, ``mul``) and 18 (``max``, ``min``).
     (ScatterND), each writing a copy of the data tensor.
 
   ``combine`` is the kernel's own: ``a + b``, ``a * b`` (bool: ``Or``, ``And``), and for ``max``/``min``
-  ``Where(a > b, a, b)`` / ``Where(a < b, a, b)``, which is what onnxruntime's kernels compute (NaN and
-  signed zeros included), where the Max/Min ops would propagate NaN.
+  ``a > b ? a : b`` / ``a < b ? a : b``, which is what onnxruntime's kernels compute (NaN and signed zeros
+  included), where the Max/Min ops would propagate NaN. For floats the choice is a GatherElements over
+  ``[b, a]`` indexed by ``Cast(a > b)``, not ``Where``, whose onnxruntime kernel turns a chosen -0.0 into
+  +0.0 (:func:`_pick`).
 """
 
 from __future__ import annotations
@@ -82,6 +84,9 @@ _COMBINE = {"add": "Add", "mul": "Mul"}
 _GATHER = {"ScatterElements": "GatherElements", "ScatterND": "GatherND"}
 _BOOL = onnx.TensorProto.BOOL
 _INT64 = onnx.TensorProto.INT64
+#: The float element types, whose -0.0 onnxruntime's Where loses (see :func:`_pick`).
+_FLOATS = frozenset({onnx.TensorProto.FLOAT, onnx.TensorProto.DOUBLE, onnx.TensorProto.FLOAT16,
+                     onnx.TensorProto.BFLOAT16})
 
 
 def _static_dims(em: Emitter, data: str, count: int | None) -> list[int] | None:
@@ -131,19 +136,43 @@ def unique_nd_indices(em: Emitter, data: str, indices: str) -> np.ndarray | None
     return rows.reshape(value.shape)
 
 
-def _combine(em: Emitter, reduction: str, current: str, update: str, elem: int | None) -> str:
+def _combine(em: Emitter, reduction: str, current: str, update: str, elem: int | None, leading_one: bool = False
+             ) -> str:
     """``current`` combined with ``update`` as onnxruntime's scatter kernels do.
 
-    ``add``/``mul``: Add/Mul (bool: Or/And); ``max``: ``Where(a > b, a, b)``, ``min``: ``Where(a < b, a, b)``,
-    the kernels' own ``a > b ? a : b`` (an update of NaN wins, a NaN already there loses; the Max/Min ops
-    would give NaN for both).
+    ``add``/``mul``: Add/Mul (bool: Or/And); ``max``: ``a > b ? a : b``, ``min``: ``a < b ? a : b``, the
+    kernels' own (an update of NaN wins, a NaN already there loses; the Max/Min ops would give NaN for
+    both), chosen by :func:`_pick` for floats (bytes copied, the sign of zero kept), by Where otherwise.
+    ``leading_one``: ``current`` and ``update`` have the same shape, of leading dim 1 (the Loop's one update).
     """
     if reduction in ("max", "min"):
         keep = em.op("Greater" if reduction == "max" else "Less", [current, update])
+        if elem in _FLOATS:
+            return _pick(em, keep, current, update, leading_one)
         return em.op("Where", [keep, current, update])
     if elem == _BOOL:
         return em.op("Or" if reduction == "add" else "And", [current, update])
     return em.op(_COMBINE[reduction], [current, update])
+
+
+def _pick(em: Emitter, keep: str, current: str, update: str, leading_one: bool) -> str:
+    """``keep ? current : update`` elementwise, copying the chosen values' bytes (the sign of zero kept).
+
+    Not ``Where``: onnxruntime's CPU Where (``onnxruntime/core/providers/cpu/tensor/where_op.cc``) builds
+    ``cond ? X : 0`` and ``!cond ? Y : 0`` and merges them with ``x != 0 ? x : y``, so an X of -0.0 where the
+    condition holds comes out +0.0 (measured on onnxruntime 1.32.0: ``Where(true, -0.0, -1.0)`` is 0.0),
+    while the scatter kernels' ``a > b ? a : b`` keeps it. ``GatherElements`` over ``[update, current]``
+    (flattened to one row each unless ``leading_one``: both already of leading dim 1), indexed by
+    ``Cast(keep)``, copies bytes instead.
+    """
+    which = em.op("Cast", [keep], to=_INT64)
+    if leading_one:
+        return em.op("GatherElements", [em.op("Concat", [update, current], axis=0), which], axis=0)
+    row = em.const(np.array([1, -1], dtype=np.int64), "row")
+    both = em.op("Concat", [em.op("Reshape", [update, row]), em.op("Reshape", [current, row])], axis=0)
+    which = em.op("Reshape", [which, row])
+    picked = em.op("GatherElements", [both, which], axis=0)
+    return em.op("Reshape", [picked, em.op("Shape", [current])])
 
 
 def _reduction_by_reading(em: Emitter, reduction: str, value: np.ndarray, axis: int | None) -> None:
@@ -234,7 +263,7 @@ def _reduction_by_loop(em: Emitter, reduction: str, axis: int | None) -> None:
         row, update = entry, em.op("Gather", [flat, at], axis=0)
     else:
         row, update = em.op("GatherND", [indices, entry]), em.op("GatherND", [updates, entry])
-    combined = _combine(em, reduction, em.op("GatherND", [state, row]), update, elem)
+    combined = _combine(em, reduction, em.op("GatherND", [state, row]), update, elem, leading_one=True)
     state_out = em.op("ScatterND", [state, row, combined])
     cond_out = em.op("Identity", [cond_in])
     body_nodes = em.nodes[start:]
