@@ -86,8 +86,9 @@ def folded(x: np.ndarray, x_type: int, scale: np.ndarray, scale_type: int, zero_
         if diff.size and (diff.min() < np.iinfo(np.int32).min or diff.max() > np.iinfo(np.int32).max):
             return "x - zero_point overflows int32 (onnxruntime's kernel subtracts in int32)"
         values = diff.astype(np.int32).astype(np.float32)
-    product = values * spread(scale.astype(np.float32))
-    return np.asarray(product.astype(out), dtype=out)
+    with np.errstate(over="ignore", invalid="ignore"):  # inf and nan as the kernel makes them (0 * inf, overflow)
+        product = values * spread(scale.astype(np.float32))
+        return np.asarray(product.astype(out), dtype=out)
 
 
 def _spread(shape: tuple[int, ...], scale_shape: tuple[int, ...], axis: int,
