@@ -220,6 +220,7 @@ def test_registry_steps_22_down_to_the_lowering() -> None:
     (Case(elem=TensorProto.FLOAT16), 13, "input 'x' is float16, and the lowering takes float and double"),
     (Case(extra={"strides": [1, 1, 1]}), 17, "strides=[1, 1, 1] has 3 values, and the lowering covers 2-D"),
     (Case(extra={"kernel_shape": [2, 2]}), 17, "kernel_shape=[2, 2] differs from W's spatial dims [3, 3]"),
+    (Case(c=6, offset_group=4), 13, "the node is inconsistent (C=6, W [6, 6, 3, 3], group=1, offset_group=4"),
 ])
 def test_refusals(case: Case, target: int, needle: str) -> None:
     with pytest.raises(ConversionError) as info:

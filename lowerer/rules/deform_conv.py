@@ -1,7 +1,8 @@
 """Lowering of DeformConv-19 (and -22, through its 22 → 19 step) below opset 19.
 
-Written as onnxruntime 1.32's CPU kernel computes (``onnxruntime/core/providers/cpu/nn/deform_conv.cc``,
-``deform_conv_attributes.h``, tag v1.32.0): a deformable im2col, then one GEMM per group, then the bias.
+Written as onnxruntime's CPU kernel computes (``onnxruntime/core/providers/cpu/nn/deform_conv.cc`` and
+``deform_conv_attributes.h``, read at microsoft/onnxruntime commit 01fa418c; the 1.32.0 release measured
+equal, bit for bit): a deformable im2col, then one GEMM per group, then the bias.
 For output position ``(y, x)``, kernel tap ``(i, j)`` and offset group ``g``:
 
 * the sampling position is ``h = (y * stride_h - pad_top + i * dilation_h) + offset[g, i, j, 0, y, x]``
@@ -43,7 +44,7 @@ import numpy as np
 import onnx
 
 from lowerer.remedies import ADD_SHAPES
-from lowerer.steps.emitter import Emitter
+from lowerer.steps.emitter import Emitter, attr
 from lowerer.steps.generic import attribute_value
 from lowerer.steps.registry import lowering
 
@@ -106,9 +107,15 @@ def _pair(em: Emitter, name: str, length: int, default: int) -> tuple[int, ...]:
     return tuple(int(v) for v in value)
 
 
+def _count(em: Emitter, name: str) -> int:
+    """Int attribute ``name`` (absent: 1)."""
+    value = attr(em.node, name)
+    return 1 if value is None else value
+
+
 def _static(em: Emitter, name: str, what: str, dims: list[int | None] | None, axes: range) -> list[int]:
     """The dims of ``name`` (4-D), those of ``axes`` static and > 0, or a refusal naming ``what``."""
-    if dims is None or len(dims) != 4 or any(not isinstance(dims[a], int) or dims[a] < 1 for a in axes):
+    if dims is None or len(dims) != 4 or any((dims[a] or 0) < 1 for a in axes):
         shown = "unknown" if dims is None else "[" + ", ".join("?" if d is None else str(d) for d in dims) + "]"
         em.refuse(f"{what} {name!r} has shape {shown}, and the lowering needs it 4-D with dims "
                   f"{axes.start}..{axes.stop - 1} static and > 0; {ADD_SHAPES}")
@@ -140,8 +147,7 @@ def _geometry(em: Emitter) -> _Geometry:
     if kernel != (0, 0) and kernel != (kh, kw):
         em.refuse(f"kernel_shape={list(kernel)} differs from W's spatial dims [{kh}, {kw}] (onnxruntime refuses "
                   "such a node)")
-    group = int(attribute_value(em.node, "group") or 1)
-    offset_group = int(attribute_value(em.node, "offset_group") or 1)
+    group, offset_group = _count(em, "group"), _count(em, "offset_group")
     pads = _pair(em, "pads", 4, 0)
     strides, dilations = _pair(em, "strides", 2, 1), _pair(em, "dilations", 2, 1)
     if min(group, offset_group, *strides, *dilations) < 1 or min(pads) < 0 or c % offset_group \
