@@ -37,7 +37,7 @@ _INTEGERS = frozenset(getattr(T, n) for n in ("INT8", "UINT8", "INT16", "UINT16"
 #: Float8 element types: ``x`` as float (zero point 0).
 _FLOAT8 = frozenset({T.FLOAT8E4M3FN, T.FLOAT8E4M3FNUZ, T.FLOAT8E5M2, T.FLOAT8E5M2FNUZ})
 #: Scale (output) types onnxruntime's kernel computes with (it has no bfloat16 output).
-_SCALES = {T.FLOAT: np.float32, T.FLOAT16: np.float16}
+_SCALES: dict[int, type[np.floating]] = {T.FLOAT: np.float32, T.FLOAT16: np.float16}
 
 #: What works without the fold, for a model made by a quantizer.
 REQUANTIZE = "re-quantize with 8-bit per-tensor types"
