@@ -254,8 +254,8 @@ def load_profile(spec: object) -> Profile:
     name = _ALIASES.get(name, name)
     if name not in BACKENDS:
         raise InputError(f"unknown backend {m.group(1)!r}; known backends: {backend_names()}")
-    op = {"=": "==", "@": "=="}.get(m.group(2) or "", m.group(2))
-    version = m.group(3)
+    op: str | None = {"=": "==", "@": "=="}.get(m.group(2) or "", m.group(2))
+    version: str | None = m.group(3)
     data = _profile_data(name)
     chosen = ""
     if op is None and data["witnessed"]:

@@ -219,8 +219,8 @@ def _run(runtime: str, model: str, feeds_path: str, out_dir: str, outputs_path: 
         with open(os.path.join(out_dir, "error.json"), "w", encoding="utf-8") as f:
             json.dump({"stage": e.stage, "message": " ".join(str(e).split())[:2000], "input_set": e.input_set}, f)
         return
-    np.savez(os.path.join(out_dir, "outputs.npz"),
-             **{f"s{k}_{j}": np.asarray(v) for k, row in enumerate(values) for j, v in enumerate(row)})
+    arrays: dict[str, Any] = {f"s{k}_{j}": np.asarray(v) for k, row in enumerate(values) for j, v in enumerate(row)}
+    np.savez(os.path.join(out_dir, "outputs.npz"), **arrays)
 
 
 def main(argv: list[str]) -> int:

@@ -26,6 +26,7 @@ import tempfile
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import onnx
@@ -106,9 +107,10 @@ class Witness:
             model_path = work / "model.onnx"
             model_path.write_bytes(model.SerializeToString())
             order = list(sets[0]) if sets else []
+            arrays: dict[str, Any] = {f"s{k}_in{i}": np.asarray(feeds[n]) for k, feeds in enumerate(sets)
+                                      for i, n in enumerate(order)}
             np.savez(work / "feeds.npz", __order__=np.array(json.dumps(order)), __sets__=np.array(len(sets)),
-                     **{f"s{k}_in{i}": np.asarray(feeds[n]) for k, feeds in enumerate(sets)
-                        for i, n in enumerate(order)})
+                     **arrays)
             args = [self.python, str(_WORKER), "run", self.runtime, str(model_path), str(work / "feeds.npz"),
                     str(work)]
             if outputs is not None:
