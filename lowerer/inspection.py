@@ -182,12 +182,12 @@ def _dry_run(source: InputModel, options: ConvertOptions) -> tuple[Report | None
 
 
 def _options(target_opset: int | None, decompose: Any, for_backend: str | None, allow_fallback: bool,
-             ir_version: int | None, no_loops: bool = False) -> ConvertOptions:
+             ir_version: int | None, no_loops: bool = False, fold_dequantize: bool = False) -> ConvertOptions:
     from lowerer.options import ConvertOptions
 
     return ConvertOptions.create(target_opset=target_opset, decompose=() if decompose is None else decompose,
                                  verify=False, for_backend=for_backend, allow_fallback=allow_fallback,
-                                 ir_version=ir_version, no_loops=no_loops)
+                                 ir_version=ir_version, no_loops=no_loops, fold_dequantize=fold_dequantize)
 
 
 def _plan(report: Report | None, refused: str | None, options: ConvertOptions, source: int | None,
@@ -255,7 +255,7 @@ def reachable_opsets(model: onnx.ModelProto, decompose: Any = ()) -> tuple[int, 
 
 def inspect_model(path: str | os.PathLike[str], *, target_opset: int | None = None,
                   decompose: Any = None, reach: bool = False, ir_version: int | None = None,
-                  no_loops: bool = False) -> dict[str, Any]:
+                  no_loops: bool = False, fold_dequantize: bool = False) -> dict[str, Any]:
     """Describe the model at ``path``; with a target, decompositions or an IR version, also the plan (a dry run).
 
     The description: IR version, opset imports, model-local functions, and :func:`model_summary`
@@ -267,7 +267,8 @@ def inspect_model(path: str | os.PathLike[str], *, target_opset: int | None = No
     from lowerer.options import normalize_decompose
 
     names = normalize_decompose(decompose)
-    options = _options(target_opset, names, None, False, ir_version, no_loops)  # every option checked before the read
+    # every option checked before the read
+    options = _options(target_opset, names, None, False, ir_version, no_loops, fold_dequantize)
     source = load_input(path)
     model = source.model
     info: dict[str, Any] = {

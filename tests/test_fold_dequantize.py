@@ -112,6 +112,9 @@ def test_without_the_option_the_refusal_names_it(qdq_path: Path, tmp_path: Path)
     done = runner.invoke(main, ["convert", str(qdq_path), "-o", str(out), "--target-opset", "11", "--fold-dequantize"])
     assert done.exit_code == 0, done.output
     assert "folded into a float constant" in done.output and out.exists()
+    shown = runner.invoke(main, ["inspect", str(qdq_path), "--target-opset", "11", "--fold-dequantize"])
+    assert shown.exit_code == 0 and "3 x DequantizeLinear-13  folded into a float constant" in shown.output
+    assert runner.invoke(main, ["inspect", str(qdq_path), "--target-opset", "11"]).exit_code == 2
 
 
 def test_a_wrong_fold_fails_verification(qdq_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

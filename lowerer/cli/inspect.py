@@ -27,15 +27,17 @@ _HELPS = {
     "ir_version": "Show what converting to IR version N would do.",
     "no_loops": "Show what convert --no-loops would do: refuse the forms that turn one node into a Loop over its "
                 "data.",
+    "fold_dequantize": "Show what convert --fold-dequantize would do: DequantizeLinear nodes of constants the "
+                       "target cannot express folded into float constants.",
 }
 
 
 @in_order("input_path", "target_opset", "decompose", "reach", "as_json", "for_backend", "allow_fallback",
-          "ir_version", "no_loops", "verbose", "quiet")
+          "ir_version", "no_loops", "fold_dequantize", "verbose", "quiet")
 @click.command(epilog=EPILOG)
 @click.argument("input_path", metavar="IN.onnx", type=click.Path(path_type=Path))
 @ConversionArgs.options("target_opset", "decompose", "for_backend", "allow_fallback", "ir_version", "no_loops",
-                        helps=_HELPS)
+                        "fold_dequantize", helps=_HELPS)
 @click.option("--reach", is_flag=True, help="Also find the lowest and highest opsets the model converts to.")
 @OutputArgs.options("as_json")
 @VerbosityArgs.options()
@@ -61,7 +63,8 @@ def inspect(input_path: Path, reach: bool, **values: Any) -> None:
         _inspect_backend(input_path, conversion, as_json)
         return
     info = inspect_model(input_path, target_opset=conversion["target_opset"], decompose=conversion["decompose"],
-                         reach=reach, ir_version=conversion["ir_version"], no_loops=bool(conversion["no_loops"]))
+                         reach=reach, ir_version=conversion["ir_version"], no_loops=bool(conversion["no_loops"]),
+                         fold_dequantize=bool(conversion["fold_dequantize"]))
     refused = info.get("plan", {}).get("refused")
     if as_json:
         click.echo(json.dumps(info, indent=2))
