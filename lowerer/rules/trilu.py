@@ -1,7 +1,7 @@
 """Lowering of Trilu-14 (torch.tril / torch.triu) for targets below opset 14.
 
 The kept part of the last two axes is a mask: element ``(i, j)`` is kept when ``j - i <= k``
-(lower, ``upper=0``) or ``j - i >= k`` (``upper=1``). The output is ``Where(mask, X, 0)``: a
+(lower, ``upper=0``) or ``j - i >= k`` (``upper=1``). The output is ``Where(not mask, 0, X)``: a
 selection, exact for every value (inf and NaN included; a multiplication by a 0/1 mask would
 turn ``inf * 0`` into NaN). With static last two dims and a constant (or absent) ``k`` the mask
 is a constant; otherwise it is computed from ``Range`` (opset >= 11). Where exists from opset 9;
@@ -36,7 +36,7 @@ def _constant_mask(rows: int, cols: int, k: int, upper: bool) -> np.ndarray:
     return diff >= k if upper else diff <= k
 
 
-def _runtime_k_mask(em: Emitter, rows: int, cols: int, upper: bool) -> str:
+def _runtime_k_mask(em: Emitter, rows: int, cols: int, upper: bool, kept: bool = True) -> str:
     """The mask for static last two dims and a run-time ``k``: ``j - i`` is a constant, compared with ``k``.
 
     From opset 9 Less/Greater take int64. Below 9 they take floats only: both sides are compared as
@@ -51,11 +51,12 @@ def _runtime_k_mask(em: Emitter, rows: int, cols: int, upper: bool) -> str:
     else:
         left = em.const(diff.astype(np.float64), "diff")
         k = em.op("Cast", [k], to=onnx.TensorProto.DOUBLE)
-    return em.op("Not", [em.op("Less" if upper else "Greater", [left, k])])
+    dropped = em.op("Less" if upper else "Greater", [left, k])
+    return em.op("Not", [dropped]) if kept else dropped
 
 
-def _computed_mask(em: Emitter, x: str, rank: int, upper: bool) -> str:
-    """The mask from Range over the last two dims and the run-time ``k`` (opset >= 11)."""
+def _computed_mask(em: Emitter, x: str, rank: int, upper: bool, kept: bool = True) -> str:
+    """The mask from Range over the last two dims and the run-time ``k`` (opset >= 11); its negation if not ``kept``."""
     if em.target < 11:
         em.refuse(f"the last two dims of {x!r} are not static or k is not a constant, and the mask then needs "
                   "Range (opset >= 11); make the shapes static (python -m onnxruntime.tools.make_dynamic_shape_fixed) "
@@ -73,12 +74,17 @@ def _computed_mask(em: Emitter, x: str, rank: int, upper: bool) -> str:
     diff = em.op("Sub", [dim(rank - 1), rows])
     has_k = len(node.input) > 1 and bool(node.input[1])
     k = node.input[1] if has_k else zero
-    return em.op("Not", [em.op("Less" if upper else "Greater", [diff, k])])
+    dropped = em.op("Less" if upper else "Greater", [diff, k])
+    return em.op("Not", [dropped]) if kept else dropped
 
 
 @lowering("Trilu")
 def trilu(em: Emitter) -> None:
-    """Trilu as Where(mask, X, 0) (Mul/And by a constant mask below opset 9 for integers and bool)."""
+    """Trilu as Where(dropped, 0, X) (Mul/And by a constant mask below opset 9 for integers and bool).
+
+    X is Where's third input: onnxruntime's CPU Where (``where_op.cc``) merges its two selections with
+    ``x != 0 ? x : y``, so a -0.0 chosen from its second input comes out +0.0; from the third it is kept.
+    """
     node = em.node
     x = node.input[0]
     upper = bool(attr(node, "upper", 1))
@@ -92,16 +98,18 @@ def trilu(em: Emitter) -> None:
     if em.target < 9:
         _below_where(em, x, dtype, static, rows, cols, k, upper, runtime_k)
         return
+    kept = dtype.kind == "b"  # And keeps exactly the masked values (onnxruntime's Where has no bool kernel)
     if static:
-        mask = em.const(_constant_mask(int(rows or 0), int(cols or 0), int(k or 0), upper), "mask")
+        constant = _constant_mask(int(rows or 0), int(cols or 0), int(k or 0), upper)
+        mask = em.const(constant if kept else ~constant, "mask" if kept else "dropped")
     elif runtime_k:
-        mask = _runtime_k_mask(em, int(rows or 0), int(cols or 0), upper)
+        mask = _runtime_k_mask(em, int(rows or 0), int(cols or 0), upper, kept)
     else:
-        mask = _computed_mask(em, x, rank, upper)
-    if dtype.kind == "b":  # And keeps exactly the masked values (onnxruntime's Where has no bool kernel)
+        mask = _computed_mask(em, x, rank, upper, kept)
+    if kept:
         em.op("And", [x, mask], list(node.output))
         return
-    em.op("Where", [mask, x, em.const(np.zeros((), dtype), "zero")], list(node.output))
+    em.op("Where", [mask, em.const(np.zeros((), dtype), "zero"), x], list(node.output))
 
 
 def _below_where(em: Emitter, x: str, dtype: np.dtype, static: bool, rows: int | None, cols: int | None,
