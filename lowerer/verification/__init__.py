@@ -6,6 +6,7 @@
 * :mod:`.runner`: onnxruntime sessions and the reference engine;
 * :mod:`.compare`: exact comparison, or within a :class:`~.compare.Tolerance`, and statistics;
 * :mod:`.check`: the per-rewrite verifier, with reuse of identical checks;
+* :mod:`.narrowing`: no hidden narrowing (a static check of the Casts a replacement emits);
 * :mod:`.feeds`: whole-model inputs (steered shapes and ranges, index-like inputs, .npz files);
 * :mod:`.budget`: the memory whole-model runs claim;
 * :mod:`.whole`: whole-model comparison (``--verify-model``, ``lowerer verify``, ``--optimize``).

@@ -38,6 +38,7 @@ from lowerer.verification.compare import (
 from lowerer.verification.domain import into_domain, outside_spec
 from lowerer.verification.inputs import JUDGED_KINDS, InputSet, bind_shapes, generate, kinds_for, min_rank_for
 from lowerer.verification.models import small_model
+from lowerer.verification.narrowing import narrowing_problem
 from lowerer.verification.propagated import budget_kind
 from lowerer.verification.providers import CPU, cuda_settings, select_providers
 from lowerer.verification.result import CheckResult
@@ -214,7 +215,7 @@ class RewriteVerifier:
 
     # -- one distinct check ------------------------------------------------------------------------
     def _check(self, rewrite: Rewrite, canon: _Canon) -> CheckResult:
-        problem = _structure_problem(canon)
+        problem = _structure_problem(canon) or narrowing_problem(rewrite)
         if problem is not None:
             return problem
         specs = _input_specs(rewrite, canon)
