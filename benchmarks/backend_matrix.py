@@ -1,0 +1,255 @@
+"""Backends measured: the probe suite and ``lowerer convert --for BACKEND==R`` run on release R itself.
+
+For every release R (OpenVINO 2023.0.2, 2024.0.0, 2026.4.1; onnxruntime-openvino 1.24.1, which bundles
+OpenVINO 2025.4.1; rknn-toolkit2 2.5.0's simulator), in a venv built once with the recipe of issue 30 and
+cached under ``--cache`` (``~/.cache/lowerer/backend-venvs/<release>``):
+
+1. the probe suite (``python -m lowerer.backends.probes``, onnx's node cases included) on R: right / wrong /
+   fails;
+2. for every model M among the real fixtures (``tests/fixtures/real/*.onnx``) and the probe models
+   (:func:`lowerer.backends.probe_models.base_probes` and the one-node models of the expansion bodies):
+   ``lowerer convert M -o OUT --for <backend>==R`` with this environment's lowerer (the deployment check
+   off: the witness Python is a bare interpreter, so what is measured is the profile alone), then OUT run
+   on R through the witness and compared with onnxruntime CPU on M (floats within the runtime's budget x
+   scale, discrete outputs exactly). Counts: written (exit 0) / matching / refused (exit 2, or 1: a failed
+   verification) / fails there (written, but R refuses or fails it: loud) / silently wrong.
+
+Examples::
+
+    python benchmarks/backend_matrix.py                                     # every release
+    python benchmarks/backend_matrix.py --releases openvino-2024.0.0 --python openvino-2024.0.0=/venv/bin/python
+    python benchmarks/backend_matrix.py --before 785841f --no-probes        # lowerer as it was at a revision
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import subprocess
+import sys
+import tempfile
+from collections import Counter
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import onnx
+import onnxruntime as ort
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from lowerer.backends.probe_models import EXPANSIONS, Probe, base_probes  # noqa: E402
+from lowerer.backends.probes import BUDGETS, DEFAULT_BUDGET, compare, run_batch  # noqa: E402
+from lowerer.backends.witnesses import Witness  # noqa: E402
+
+FIXTURES = ROOT / "tests" / "fixtures" / "real"
+CONVERT_TIMEOUT_S = 900
+_PINS = ["numpy<=1.26.4", "onnx==1.18.0", "protobuf<=4.25.4", "onnxruntime==1.20.1", "psutil", "ruamel.yaml",
+         "scipy", "tqdm", "opencv-python-headless", "fast-histogram", "setuptools<70"]
+
+
+@dataclass(frozen=True)
+class Release:
+    """A runtime release: its witness runtime, version, the ``--for`` spec and its pip recipe (steps)."""
+
+    runtime: str
+    version: str
+    spec: str
+    recipe: tuple[tuple[str, ...], ...]
+
+
+RELEASES: dict[str, Release] = {
+    "openvino-2023.0.2": Release("openvino", "2023.0.2", "openvino==2023.0",
+                                 (("openvino==2023.0.2", "numpy<2", "onnx"),)),
+    "openvino-2024.0.0": Release("openvino", "2024.0.0", "openvino==2024.0",
+                                 (("openvino==2024.0.0", "numpy<2", "onnx"),)),
+    "onnxruntime-openvino-1.24.1": Release("onnxruntime-openvino", "1.24.1", "openvino==2025.4",
+                                           (("onnxruntime-openvino==1.24.1",),)),
+    "openvino-2026.4.1": Release("openvino", "2026.4.1", "openvino==2026.4",
+                                 (("openvino==2026.4.1", "onnx", "numpy"),)),
+    # setuptools<70: rknn.api imports pkg_resources; torch 2.13.0 is the CPU build on this machine's disk
+    "rknn-toolkit2-2.5.0": Release("rknn-toolkit2", "2.5.0", "rknn==2.5",
+                                   (("torch==2.13.0",), ("rknn-toolkit2==2.5.0", "--no-deps"), tuple(_PINS))),
+}
+
+
+def ensure_venv(cache: Path, name: str, release: Release) -> str:
+    """The Python of ``name``'s venv, created (Python 3.11) and installed once."""
+    venv = cache / name
+    python = venv / "bin" / "python"
+    if (venv / ".complete").exists():
+        return str(python)
+    subprocess.run(["python3.11", "-m", "venv", str(venv)], check=True)
+    for step in release.recipe:
+        subprocess.run([str(python), "-m", "pip", "install", "-q", *step], check=True)
+    (venv / ".complete").write_text("ok", encoding="utf-8")
+    return str(python)
+
+
+def _bare_python() -> str:
+    """An interpreter with no runtime installed: the witness Python of the conversions (no deployment check)."""
+    return str(Path(sys.base_prefix) / "bin" / "python3")
+
+
+def models(only: str) -> list[tuple[str, onnx.ModelProto, dict[str, np.ndarray]]]:
+    """The real fixtures (with their inputs) and the probe models, filtered by the regex ``only``."""
+    manifest = json.loads((FIXTURES / "MANIFEST.json").read_text(encoding="utf-8"))["fixtures"]
+    found = []
+    for name, info in sorted(manifest.items()):
+        with np.load(FIXTURES / info["inputs"]) as data:
+            feeds = {n: np.array(data[n]) for n in info["input_names"]}
+        found.append((name, onnx.load(str(FIXTURES / name)), feeds))
+    found += [(f"probe:{p.name}", p.model, p.feeds) for p in base_probes()]
+    for name, build in EXPANSIONS.items():
+        model, feeds = build()
+        found.append((f"probe:{name}", model, feeds))
+    return [m for m in found if re.search(only, m[0])]
+
+
+def convert(lowerer: list[str], source: Path, out: Path, spec: str, env: dict[str, str]) -> tuple[int, str]:
+    """``lowerer convert SOURCE -o OUT --for SPEC``: (exit status, its last line on stderr)."""
+    try:
+        done = subprocess.run([*lowerer, "convert", str(source), "-o", str(out), "--for", spec], capture_output=True,
+                              text=True, env=env, timeout=CONVERT_TIMEOUT_S, check=False)
+    except subprocess.TimeoutExpired:
+        return -1, "timeout"
+    lines = [ln for ln in done.stderr.splitlines() if ln.strip() and "warning" not in ln]
+    return done.returncode, (lines[0] if done.returncode else "")[:300]
+
+
+def _reference(model: onnx.ModelProto, feeds: dict[str, np.ndarray]) -> list[np.ndarray] | None:
+    try:
+        options = ort.SessionOptions()
+        options.log_severity_level = 4
+        session = ort.InferenceSession(model.SerializeToString(), options, providers=["CPUExecutionProvider"])
+        return [np.asarray(v) for v in session.run(None, feeds)]
+    except Exception:
+        return None
+
+
+def end_to_end(release: Release, python: str, lowerer: list[str], only: str, jobs: int) -> dict[str, Any]:
+    """Convert every model for ``release`` and run what was written there (see the module docstring)."""
+    env = dict(os.environ, LOWERER_WITNESS_PYTHON=_bare_python())
+    witness = Witness(release.runtime, release.version, python)
+    budget = BUDGETS.get(release.runtime, DEFAULT_BUDGET)
+    cases = models(only)
+    rows: dict[str, dict[str, Any]] = {}
+    with tempfile.TemporaryDirectory(prefix="lowerer-backend-matrix-") as folder:
+        work = Path(folder)
+
+        def one(i: int) -> tuple[int, str]:
+            model = cases[i][1]
+            source = work / f"m{i}.onnx"
+            source.write_bytes(model.SerializeToString())
+            return convert(lowerer, source, work / f"o{i}.onnx", release.spec, env)
+
+        with ThreadPoolExecutor(max(1, jobs)) as pool:
+            statuses = list(pool.map(one, range(len(cases))))
+        written = [i for i, (rc, _) in enumerate(statuses) if rc == 0]
+        outs = run_batch(witness, [Probe(cases[i][0], "", "", onnx.load(str(work / f"o{i}.onnx")), cases[i][2])
+                                   for i in written])
+        got = dict(zip(written, outs, strict=True))
+        for i, (name, model, feeds) in enumerate(cases):
+            rc, why = statuses[i]
+            if rc != 0:
+                rows[name] = {"status": "refused" if rc in (1, 2) else "crash", "exit": rc, "why": why}
+                continue
+            result = got[i]
+            if isinstance(result, tuple):
+                rows[name] = {"status": "fails there", "stage": result[0], "why": result[1][:300]}
+                continue
+            reference = _reference(model, feeds)
+            if reference is None:
+                rows[name] = {"status": "no reference"}
+                continue
+            ok, worst, what = compare(reference, result, budget)
+            rows[name] = {"status": "matching" if ok else "silently wrong", "max_diff": worst, "why": what}
+    counts = Counter(r["status"] for r in rows.values())
+    return {"written": sum(1 for r, _ in statuses if r == 0), **counts, "models": rows}
+
+
+def probes(release: Release, python: str) -> dict[str, int]:
+    """The probe suite's totals on ``release``."""
+    with tempfile.TemporaryDirectory() as folder:
+        out = Path(folder) / "probes.json"
+        subprocess.run([sys.executable, "-m", "lowerer.backends.probes", "--runtime", release.runtime, "--json",
+                        str(out)], env=dict(os.environ, LOWERER_WITNESS_PYTHON=python), cwd=ROOT,
+                       capture_output=True, check=False)
+        if not out.exists():
+            return {}
+        total: dict[str, int] = json.loads(out.read_text(encoding="utf-8"))["summary"]["total"]
+        return total
+
+
+def _lowerer(before: str | None, keep: Path) -> tuple[list[str], dict[str, str]]:
+    """The command that runs lowerer: this tree's, or the tree of revision ``before`` (git archive)."""
+    if before is None:
+        return [sys.executable, "-m", "lowerer"], {}
+    tree = keep / f"lowerer-{before}"
+    tree.mkdir(exist_ok=True)
+    archive = subprocess.run(["git", "-C", str(ROOT), "archive", before, "lowerer"], capture_output=True, check=True)
+    subprocess.run(["tar", "-x", "-C", str(tree)], input=archive.stdout, check=True)
+    return [sys.executable, "-m", "lowerer"], {"PYTHONPATH": str(tree)}
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Entry point (see the module docstring)."""
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--releases", default=",".join(RELEASES), help="comma-separated keys of RELEASES")
+    parser.add_argument("--cache", type=Path, default=Path.home() / ".cache" / "lowerer" / "backend-venvs")
+    parser.add_argument("--python", action="append", default=[], help="RELEASE=PYTHON: use an existing venv")
+    parser.add_argument("--models", default="", help="regex on the model names (fixtures, probe:NAME)")
+    parser.add_argument("--no-probes", action="store_true")
+    parser.add_argument("--no-models", action="store_true")
+    parser.add_argument("--before", help="run the conversions with lowerer as of this git revision")
+    parser.add_argument("--jobs", type=int, default=2)
+    parser.add_argument("--json", type=Path)
+    args = parser.parse_args(argv)
+    given = dict(item.split("=", 1) for item in args.python)
+    table: dict[str, Any] = {}
+    with tempfile.TemporaryDirectory() as keep:
+        lowerer, extra = _lowerer(args.before, Path(keep))
+        os.environ.update(extra)
+        for name in [r.strip() for r in args.releases.split(",") if r.strip()]:
+            release = RELEASES[name]
+            python = given.get(name) or ensure_venv(args.cache, name, release)
+            row: dict[str, Any] = {"spec": release.spec}
+            if not args.no_probes:
+                row["probes"] = probes(release, python)
+            if not args.no_models:
+                row["models"] = end_to_end(release, python, lowerer, args.models, args.jobs)
+            table[name] = row
+            print(_line(name, row), flush=True)
+    print("\n" + render(table))
+    if args.json:
+        args.json.write_text(json.dumps(table, indent=1) + "\n", encoding="utf-8")
+    return 0
+
+
+def _line(name: str, row: dict[str, Any]) -> str:
+    bad = {k: v for k, v in row.get("models", {}).get("models", {}).items()
+           if v["status"] in ("silently wrong", "fails there", "crash")}
+    return f"{name}: " + "; ".join(f"{k} {v['status']}: {v.get('why', '')[:150]}" for k, v in bad.items())
+
+
+def render(table: dict[str, Any]) -> str:
+    """The markdown table: release | probes right/wrong/fails | models written/matching/refused/fails/wrong."""
+    lines = ["| release (`--for`) | probes right / wrong / fail | models written / matching / refused / fail there /"
+             " silently wrong |", "|---|---|---|"]
+    for name, row in table.items():
+        p = row.get("probes", {})
+        m = row.get("models", {})
+        probe_cell = f"{p.get('right', 0)} / {p.get('wrong', 0)} / {p.get('fails', 0)}" if p else "not run"
+        model_cell = (f"{m.get('written', 0)} / {m.get('matching', 0)} / {m.get('refused', 0)} / "
+                      f"{m.get('fails there', 0)} / {m.get('silently wrong', 0)}") if m else "not run"
+        lines.append(f"| {name} (`{row['spec']}`) | {probe_cell} | {model_cell} |")
+    return "\n".join(lines)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,318 @@
+"""The probes of :mod:`lowerer.backends.probes`: small models, each with inputs chosen to expose a runtime.
+
+Each :class:`Probe` is one op-version (or one form lowerer writes) in one model of a single node or a
+few, with inputs that tell a right kernel from a near miss: ties of every multiplicity (small
+integers as floats), the maximum first and last in a row, rows of 64 with ties, all-equal rows,
+non-last axes of the coerced-2-D ops (Softmax/LogSoftmax/Hardmax before 13), reduction axes given
+as an input and as an attribute, Shape's ``start``/``end``. :func:`expansion_probes` adds the bodies
+lowerer writes for Gelu-20, RMSNormalization-23, LayerNormalization-17 and Attention-23 (converted
+with :func:`lowerer.convert` at run time).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+
+import numpy as np
+import onnx
+from onnx import TensorProto, helper, numpy_helper
+
+__all__ = ["Probe", "base_probes", "make_model", "ties"]
+
+_F = TensorProto.FLOAT
+_I64 = TensorProto.INT64
+
+
+@dataclass(frozen=True)
+class Probe:
+    """One probe: what it tests, its model and its inputs.
+
+    Attributes:
+        name: unique, ``Softmax-11-axis1`` (op-version and what varies).
+        group: the family (``mission``, ``topk``, ``reduce``, ``shape``, ``forms``, ``expansion``).
+        tests: what a wrong result would mean, in a few words.
+        model: the model (weights inside).
+        feeds: its inputs by name.
+    """
+
+    name: str
+    group: str
+    tests: str
+    model: onnx.ModelProto = field(repr=False)
+    feeds: dict[str, np.ndarray] = field(repr=False)
+
+
+def make_model(nodes: Sequence[onnx.NodeProto], inputs: Sequence[tuple[str, int, Sequence[int | str]]],
+               outputs: Sequence[tuple[str, int]], opset: int,
+               initializers: Sequence[onnx.TensorProto] = ()) -> onnx.ModelProto:
+    """A one-graph model at ``opset`` (IR version the lowest that holds it, from 7)."""
+    graph = helper.make_graph(
+        list(nodes), "probe", [helper.make_tensor_value_info(n, t, list(s)) for n, t, s in inputs],
+        [helper.make_tensor_value_info(n, t, None) for n, t in outputs], list(initializers))
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)])
+    model.ir_version = max(7, helper.find_min_ir_version_for([helper.make_opsetid("", opset)]))
+    inferred = onnx.shape_inference.infer_shapes(model)
+    for out, known in zip(model.graph.output, inferred.graph.output, strict=True):
+        if known.type.tensor_type.HasField("shape"):
+            out.CopyFrom(known)
+    return model
+
+
+def ties(shape: Sequence[int], seed: int, levels: int = 3) -> np.ndarray:
+    """Float32 small integers in ``[0, levels)``: ties of every multiplicity; row 0 all equal where 2-D+."""
+    data = np.random.default_rng(seed).integers(0, levels, size=tuple(shape)).astype(np.float32)
+    if data.ndim >= 2:
+        data.reshape(-1, data.shape[-1])[0] = 1.0
+    return data
+
+
+def _rows64() -> np.ndarray:
+    """Rows of 64 with the maximum tied at first/last and at several places, and one all-equal row."""
+    rows = np.zeros((6, 64), np.float32)
+    rows[0, [0, 63]] = 5.0
+    rows[1, [3, 17, 40, 63]] = 2.0
+    rows[2, :] = 1.0
+    rows[3, [62, 63]] = 7.0
+    rows[4] = np.arange(64, dtype=np.float32) % 8
+    rows[5, [0, 1, 2]] = -1.0
+    rows[5, 3:] = -2.0
+    return rows
+
+
+def _one(op: str, opset: int, x: np.ndarray, out_type: int = _F, name: str = "", group: str = "mission",
+         tests: str = "", **attrs: object) -> Probe:
+    node = helper.make_node(op, ["x"], ["y"], **attrs)
+    detail = "-".join(f"{k}{v}" for k, v in attrs.items())
+    label = name or f"{op}-{opset}" + (f"-{detail}" if detail else "")
+    model = make_model([node], [("x", _F, x.shape)], [("y", out_type)], opset)
+    return Probe(label, group, tests or f"{op}-{opset} {detail} on tie-heavy input", model, {"x": x})
+
+
+def _mission() -> list[Probe]:
+    probes: list[Probe] = []
+    x3 = ties((2, 3, 4), 1)
+    for op in ("Softmax", "LogSoftmax", "Hardmax"):
+        for opset in (1, 11, 13):
+            for axis in (-1, 1, 0):
+                probes.append(_one(op, opset, x3, axis=axis,
+                                   tests=f"{op}-{opset} axis={axis}: " + ("last axis" if axis == -1 else
+                                         "coerced 2-D rows before 13, one axis from 13")))
+        for opset in (1, 11, 13):
+            probes.append(_one(op, opset, _rows64(), name=f"{op}-{opset}-rows64",
+                               tests=f"{op}-{opset} on rows of 64 with ties, max first and last"))
+    for op in ("ArgMax", "ArgMin"):
+        for opset in (1, 11, 12, 13):
+            for axis in (0, 1, -1) if opset >= 11 else (0, 1):
+                for keepdims in (0, 1):
+                    probes.append(_one(op, opset, x3, _I64, axis=axis, keepdims=keepdims))
+            if opset >= 12:
+                for axis in (1, -1):
+                    probes.append(_one(op, opset, x3, _I64, axis=axis, keepdims=1, select_last_index=1))
+            probes.append(_one(op, opset, _rows64(), _I64, name=f"{op}-{opset}-rows64", axis=1, keepdims=1,
+                               tests=f"{op}-{opset} rows of 64 with ties: first extremum"))
+        probes.append(_one(op, 13, -_rows64(), _I64, name=f"{op}-13-rows64-neg", axis=1, keepdims=0,
+                           select_last_index=1, tests=f"{op}-13 last extremum on rows of 64"))
+    return probes
+
+
+def _topk() -> list[Probe]:
+    probes: list[Probe] = []
+    x = np.concatenate([ties((4, 8), 2), _rows64()[:, :8]])
+    k = numpy_helper.from_array(np.array([3], np.int64), "k")
+    for opset in (1, 10, 11):
+        for largest in ((1, 0) if opset == 11 else (1,)):
+            if opset == 1:
+                node = helper.make_node("TopK", ["x"], ["v", "i"], k=3, axis=-1)
+                inits: list[onnx.TensorProto] = []
+            else:
+                extra = {"largest": largest, "sorted": 1} if opset == 11 else {}
+                node = helper.make_node("TopK", ["x", "k"], ["v", "i"], axis=-1, **extra)
+                inits = [k]
+            model = make_model([node], [("x", _F, x.shape)], [("v", _F), ("i", _I64)], opset, inits)
+            probes.append(Probe(f"TopK-{opset}-largest{largest}", "topk",
+                                f"TopK-{opset} k=3 with ties: the lower index first", model, {"x": x}))
+    model = make_model([helper.make_node("GlobalMaxPool", ["x"], ["y"])], [("x", _F, (2, 3, 4, 5))], [("y", _F)], 13)
+    probes.append(Probe("GlobalMaxPool-1", "topk", "GlobalMaxPool over H, W", model, {"x": ties((2, 3, 4, 5), 3)}))
+    return probes
+
+
+def _reduce() -> list[Probe]:
+    probes: list[Probe] = []
+    x = np.random.default_rng(4).standard_normal((2, 3, 4)).astype(np.float32)
+    axes = numpy_helper.from_array(np.array([1], np.int64), "axes")
+    for op in ("ReduceMean", "ReduceSum", "ReduceMax"):
+        for keepdims in (0, 1):
+            as_input = 13 if op == "ReduceSum" else 18
+            node = helper.make_node(op, ["x", "axes"], ["y"], keepdims=keepdims)
+            model = make_model([node], [("x", _F, x.shape)], [("y", _F)], as_input, [axes])
+            probes.append(Probe(f"{op}-{as_input}-axes-input-keepdims{keepdims}", "reduce",
+                                f"{op}-{as_input} axes=[1] as an input (not reduce-all)", model, {"x": x}))
+            as_attr = 11 if op == "ReduceSum" else 13
+            node = helper.make_node(op, ["x"], ["y"], axes=[1], keepdims=keepdims)
+            model = make_model([node], [("x", _F, x.shape)], [("y", _F)], as_attr)
+            probes.append(Probe(f"{op}-{as_attr}-axes-attribute-keepdims{keepdims}", "reduce",
+                                f"{op}-{as_attr} axes=[1] as an attribute", model, {"x": x}))
+        node = helper.make_node(op, ["x"], ["y"], keepdims=0)
+        model = make_model([node], [("x", _F, x.shape)], [("y", _F)], 18)
+        probes.append(Probe(f"{op}-18-no-axes", "reduce", f"{op}-18 without axes: reduce all", model, {"x": x}))
+    return probes
+
+
+def _shape() -> list[Probe]:
+    probes: list[Probe] = []
+    x = np.zeros((2, 3, 4, 5), np.float32)
+    for opset, attrs in ((13, {}), (15, {}), (15, {"start": 1}), (15, {"start": 1, "end": -1}),
+                         (15, {"end": 2}), (15, {"start": -2})):
+        node = helper.make_node("Shape", ["x"], ["y"], **attrs)
+        model = make_model([node], [("x", _F, x.shape)], [("y", _I64)], opset)
+        detail = "-".join(f"{k}{v}" for k, v in attrs.items())
+        probes.append(Probe(f"Shape-{opset}" + (f"-{detail}" if detail else ""), "shape",
+                            f"Shape-{opset} {detail or 'whole shape'}", model, {"x": x}))
+    # Shape start/end feeding a Reshape: the shape-validation failure of the dynamo exports
+    shape = helper.make_node("Shape", ["x"], ["s"], start=0, end=2)
+    minus = numpy_helper.from_array(np.array([-1], np.int64), "minus")
+    cat = helper.make_node("Concat", ["s", "minus"], ["t"], axis=0)
+    reshape = helper.make_node("Reshape", ["x", "t"], ["y"])
+    model = make_model([shape, cat, reshape], [("x", _F, ("N", 3, 4, 5))], [("y", _F)], 15, [minus])
+    probes.append(Probe("Shape-15-end2-Reshape", "shape", "Shape-15 end=2 drives a Reshape (dynamic batch)",
+                        model, {"x": np.arange(120, dtype=np.float32).reshape(2, 3, 4, 5)}))
+    return probes
+
+
+def _consts(**arrays: np.ndarray) -> list[onnx.TensorProto]:
+    return [numpy_helper.from_array(v, k) for k, v in arrays.items()]
+
+
+def _forms() -> list[Probe]:
+    """The ops lowerer's rewrites write (one-hot, iota, reshapes, control flow)."""
+    x = ties((2, 3, 4), 5)
+    xi = np.array([[0, 2, 1], [3, 0, 2]], np.int64)
+    p: list[Probe] = []
+
+    def add(name: str, tests: str, nodes: list[onnx.NodeProto], opset: int, inits: list[onnx.TensorProto],
+            out_type: int = _F, feeds: dict[str, np.ndarray] | None = None) -> None:
+        feeds = feeds if feeds is not None else {"x": x}
+        types = {np.dtype(np.float32): _F, np.dtype(np.int64): _I64, np.dtype(np.bool_): TensorProto.BOOL}
+        inputs = [(n, types[v.dtype], v.shape) for n, v in feeds.items()]
+        p.append(Probe(name, "forms", tests, make_model(nodes, inputs, [("y", out_type)], opset, inits), feeds))
+
+    n = helper.make_node
+    for opset in (9, 11):
+        add(f"OneHot-{opset}", "OneHot depth 4, values [0, 1], last axis",
+            [n("OneHot", ["i", "depth", "values"], ["y"], axis=-1)], opset,
+            _consts(depth=np.array([4], np.int64), values=np.array([0, 1], np.float32)), feeds={"i": xi})
+    add("Equal-iota-Cast-13", "one-hot as Equal against an iota + Cast (the hardmax form)",
+        [n("ArgMax", ["x"], ["a"], axis=-1, keepdims=1), n("Equal", ["a", "iota"], ["e"]),
+         n("Cast", ["e"], ["y"], to=_F)], 13, _consts(iota=np.arange(4, dtype=np.int64)))
+    for opset in (1, 9, 11, 13):
+        add(f"Flatten-{opset}-axis2", "Flatten axis=2", [n("Flatten", ["x"], ["y"], axis=2)], opset, [])
+    add("Reshape-1-attribute", "Reshape-1 (shape as an attribute)", [n("Reshape", ["x"], ["y"], shape=[6, 4])], 1,
+        [])
+    p[-1].model.graph.output[0].CopyFrom(helper.make_tensor_value_info("y", _F, [6, 4]))
+    for opset in (5, 13):
+        add(f"Reshape-{opset}-zero-minus1", "Reshape 0 copies the dim, -1 infers",
+            [n("Reshape", ["x", "s"], ["y"])], opset, _consts(s=np.array([0, -1], np.int64)))
+    add("Reshape-14-allowzero1", "Reshape-14 allowzero=1 without zeros",
+        [n("Reshape", ["x", "s"], ["y"], allowzero=1)], 14, _consts(s=np.array([4, 6], np.int64)))
+    add("Reshape-14-allowzero0", "Reshape-14 allowzero=0 with a 0 (copy)",
+        [n("Reshape", ["x", "s"], ["y"], allowzero=0)], 14, _consts(s=np.array([2, 0, -1], np.int64)))
+    add("Transpose-13", "Transpose perm 2,0,1", [n("Transpose", ["x"], ["y"], perm=[2, 0, 1])], 13, [])
+    add("Slice-13-negative-step", "Slice-13 with negative step and clamped ends",
+        [n("Slice", ["x", "st", "en", "ax", "sp"], ["y"])], 13,
+        _consts(st=np.array([-1, 0], np.int64), en=np.array([-1000, 100], np.int64), ax=np.array([2, 1], np.int64),
+                sp=np.array([-1, 2], np.int64)))
+    add("Gather-13-negative", "Gather with negative indices", [n("Gather", ["x", "g"], ["y"], axis=2)], 13,
+        _consts(g=np.array([-1, 0, -4], np.int64)))
+    add("Where-16", "Where broadcast", [n("Greater", ["x", "c"], ["b"]), n("Where", ["b", "x", "c"], ["y"])], 16,
+        _consts(c=np.array([1.0], np.float32)))
+    add("Range-11", "Range(0, 7, 2) cast", [n("Range", ["a", "b", "d"], ["r"]), n("Cast", ["r"], ["y"], to=_F)],
+        11, _consts(a=np.array(0, np.int64), b=np.array(7, np.int64), d=np.array(2, np.int64)),
+        feeds={})
+    add("Expand-13", "Expand [3,1] to [2,3,4]", [n("Expand", ["c", "s"], ["e"]), n("Add", ["x", "e"], ["y"])], 13,
+        _consts(c=np.array([[1.0], [2.0], [3.0]], np.float32), s=np.array([2, 3, 4], np.int64)))
+    add("ConstantOfShape-9", "ConstantOfShape from Shape, value 2",
+        [n("Shape", ["x"], ["s"]), n("ConstantOfShape", ["s"], ["c"],
+                                     value=numpy_helper.from_array(np.array([2.0], np.float32))),
+         n("Mul", ["x", "c"], ["y"])], 13, [])
+    p.extend(_control_flow(x))
+    return p
+
+
+def _control_flow(x: np.ndarray) -> list[Probe]:
+    n = helper.make_node
+    then = helper.make_graph([n("Neg", ["x"], ["t"])], "then", [], [helper.make_tensor_value_info("t", _F, None)])
+    other = helper.make_graph([n("Abs", ["x"], ["e"])], "else", [], [helper.make_tensor_value_info("e", _F, None)])
+    probes = []
+    for flag in (True, False):
+        model = make_model([n("If", ["c"], ["y"], then_branch=then, else_branch=other)],
+                           [("x", _F, x.shape), ("c", TensorProto.BOOL, ())], [("y", _F)], 13)
+        probes.append(Probe(f"If-13-{'then' if flag else 'else'}", "forms", "If on a run-time condition",
+                            model, {"x": x, "c": np.array(flag)}))
+    body = helper.make_graph(
+        [n("Identity", ["cond_in"], ["cond_out"]), n("Add", ["acc_in", "x"], ["acc_out"])], "body",
+        [helper.make_tensor_value_info("i", _I64, []), helper.make_tensor_value_info("cond_in", TensorProto.BOOL, []),
+         helper.make_tensor_value_info("acc_in", _F, x.shape)],
+        [helper.make_tensor_value_info("cond_out", TensorProto.BOOL, []),
+         helper.make_tensor_value_info("acc_out", _F, x.shape)])
+    model = make_model([n("Loop", ["trips", "", "x"], ["y"], body=body)], [("x", _F, x.shape)], [("y", _F)], 13,
+                       _consts(trips=np.array(3, np.int64)))
+    model.graph.output[0].CopyFrom(helper.make_tensor_value_info("y", _F, x.shape))
+    probes.append(Probe("Loop-13", "forms", "Loop of 3 trips adding x", model, {"x": x}))
+    return probes
+
+
+def _limits() -> list[Probe]:
+    """One Relu at each IR version from 7 to onnx's newest (opset 13), each opset 13..23 (IR 9): what loads."""
+    x = np.linspace(-2, 2, 6, dtype=np.float32)
+    probes = []
+    for ir in range(7, onnx.IR_VERSION + 1):
+        model = make_model([helper.make_node("Relu", ["x"], ["y"])], [("x", _F, x.shape)], [("y", _F)], 13)
+        model.ir_version = ir
+        probes.append(Probe(f"IR-{ir}", "limits", f"a model of IR version {ir} loads", model, {"x": x}))
+    for opset in range(13, 24):
+        model = make_model([helper.make_node("Relu", ["x"], ["y"])], [("x", _F, x.shape)], [("y", _F)], opset)
+        model.ir_version = 9
+        probes.append(Probe(f"opset-{opset}", "limits", f"a model importing opset {opset} loads", model, {"x": x}))
+    return probes
+
+
+def base_probes() -> list[Probe]:
+    """Every probe but the expansion bodies (no lowerer conversion needed)."""
+    return [*_mission(), *_topk(), *_reduce(), *_shape(), *_forms(), *_limits()]
+
+
+#: One-node models whose expansion bodies lowerer writes, and the targets they are written for.
+EXPANSIONS: dict[str, Callable[[], tuple[onnx.ModelProto, dict[str, np.ndarray]]]] = {}
+
+
+def _gelu(approximate: str) -> tuple[onnx.ModelProto, dict[str, np.ndarray]]:
+    x = np.random.default_rng(6).standard_normal((2, 8)).astype(np.float32) * 3
+    node = helper.make_node("Gelu", ["x"], ["y"], approximate=approximate)
+    return make_model([node], [("x", _F, x.shape)], [("y", _F)], 20), {"x": x}
+
+
+def _rms() -> tuple[onnx.ModelProto, dict[str, np.ndarray]]:
+    x = np.random.default_rng(7).standard_normal((2, 3, 8)).astype(np.float32)
+    scale = numpy_helper.from_array(np.linspace(0.5, 1.5, 8, dtype=np.float32), "scale")
+    node = helper.make_node("RMSNormalization", ["x", "scale"], ["y"], axis=-1, epsilon=1e-5)
+    return make_model([node], [("x", _F, x.shape)], [("y", _F)], 23, [scale]), {"x": x}
+
+
+def _layernorm() -> tuple[onnx.ModelProto, dict[str, np.ndarray]]:
+    x = np.random.default_rng(8).standard_normal((2, 3, 8)).astype(np.float32)
+    inits = _consts(scale=np.linspace(0.5, 1.5, 8, dtype=np.float32), bias=np.linspace(-1, 1, 8, dtype=np.float32))
+    node = helper.make_node("LayerNormalization", ["x", "scale", "bias"], ["y"], axis=-1, epsilon=1e-5)
+    return make_model([node], [("x", _F, x.shape)], [("y", _F)], 17, inits), {"x": x}
+
+
+def _attention() -> tuple[onnx.ModelProto, dict[str, np.ndarray]]:
+    rng = np.random.default_rng(9)
+    q, k, v = (rng.standard_normal((1, 2, 4, 8)).astype(np.float32) for _ in range(3))
+    node = helper.make_node("Attention", ["q", "k", "v"], ["y"], is_causal=1)
+    inputs = [(name, _F, (1, 2, 4, 8)) for name in ("q", "k", "v")]
+    return make_model([node], inputs, [("y", _F)], 23), {"q": q, "k": k, "v": v}
+
+
+EXPANSIONS.update({"Gelu-20-none": lambda: _gelu("none"), "Gelu-20-tanh": lambda: _gelu("tanh"),
+                   "RMSNormalization-23": _rms, "LayerNormalization-17": _layernorm, "Attention-23": _attention})
