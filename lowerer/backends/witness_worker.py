@@ -161,6 +161,12 @@ def _run_onnxruntime(model: str, sets: list[dict[str, Any]], names: list[str] | 
     return values
 
 
+def _rknn_cause(error: BaseException) -> BaseException:
+    """rknn-toolkit2 raises ``ValueError`` holding a whole traceback: its last ``Error:`` line is the cause."""
+    causes = [ln.strip() for ln in str(error).splitlines() if "Error: " in ln]
+    return RuntimeError(causes[-1]) if causes else error
+
+
 def _run_rknn(model: str, sets: list[dict[str, Any]], names: list[str] | None, order: list[str]
               ) -> list[list[Any]]:
     from rknn.api import RKNN
@@ -171,14 +177,14 @@ def _run_rknn(model: str, sets: list[dict[str, Any]], names: list[str] | None, o
         if rknn.load_onnx(model=model) != 0:
             raise RuntimeError("rknn-toolkit2's load_onnx returned an error (see its log)")
     except Exception as e:
-        raise _StageError("load", e) from None
+        raise _StageError("load", _rknn_cause(e)) from None
     try:
         if rknn.build(do_quantization=False) != 0:
             raise RuntimeError("rknn-toolkit2's build returned an error (see its log)")
         if rknn.init_runtime() != 0:
             raise RuntimeError("rknn-toolkit2's init_runtime (the simulator) returned an error")
     except Exception as e:
-        raise _StageError("compile", e) from None
+        raise _StageError("compile", _rknn_cause(e)) from None
     values = []
     try:
         for k, feeds in enumerate(sets):
@@ -189,7 +195,7 @@ def _run_rknn(model: str, sets: list[dict[str, Any]], names: list[str] | None, o
                     raise RuntimeError("rknn-toolkit2's inference returned nothing (see its log)")
                 values.append(list(outputs))
             except Exception as e:
-                raise _StageError("run", e, k) from None
+                raise _StageError("run", _rknn_cause(e), k) from None
     finally:
         rknn.release()
     return values
