@@ -108,3 +108,32 @@ def test_scatter_duplicates_and_cast_edges_are_constructed() -> None:
     cast = helper.make_node("Cast", ["x"], ["y"], to=TensorProto.FLOAT16)
     ((kind, given, _),) = constructed(cast, 13, [F], [(4, 5)], np.random.default_rng(0))
     assert kind == "cast-edges" and 65504.0 in given[0] and np.signbit(given[0][given[0] == 0]).any()
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64, np.float16])
+def test_products_of_exact_minus_zero_are_constructed_for_gemm_and_matmul(dtype: type) -> None:
+    """Tiny negative times tiny positive: each product underflows to -0.0, and their sum (onnxruntime) is -0.0."""
+    elem = helper.np_dtype_to_tensor_dtype(np.dtype(dtype))
+    for node in (helper.make_node("MatMul", ["a", "b"], ["y"]), helper.make_node("Gemm", ["a", "b", "c"], ["y"])):
+        shapes = [(2, 3), (3, 4), (4,)][: len(node.input)]
+        ((kind, given, _),) = constructed(node, 13, [elem] * len(shapes), shapes, np.random.default_rng(0))
+        assert kind == "signed-zeros" and (given[0] < 0).all() and (given[1] > 0).all()
+        products = given[0][:, :, None] * given[1][None, :, :]  # in the type itself: each underflows to -0.0
+        assert products.dtype == dtype and (products == 0).all() and np.signbit(products).all()
+        if node.op_type == "Gemm":
+            assert (given[2] == 0).all() and np.signbit(given[2]).all()
+    assert constructed(helper.make_node("MatMul", ["a", "b"], ["y"]), 13, [TensorProto.INT32] * 2, [(2, 3), (3, 4)],
+                       np.random.default_rng(0)) == []
+
+
+def test_a_gemm_c_of_plus_zero_is_refused_for_every_seed(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Gemm 11 -> 9 must add C = -0.0 (beta * C changes no value, a -0.0 product included); +0.0 is caught."""
+    from _mutant_list import MUTANTS
+    from _mutants import run
+
+    mutant = next(m for m in MUTANTS if m.name == "gemm-11-9-c-plus-zero")
+    model = mutant.model()
+    for seed in range(10):
+        assert run(mutant, seed).killed, seed
+        rewrite = lowerer.convert(model, target_opset=9, seed=seed).report.rewrites[0]  # the right rule passes
+        assert rewrite.status == "verified" and any(s.startswith("signed-zeros") for s in rewrite.details["input_sets"])

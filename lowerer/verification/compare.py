@@ -16,7 +16,7 @@ import numpy as np
 
 __all__ = ["ARITHMETIC_OPS", "EXACT", "EXPANSION_ULPS", "Difference", "OutputStats", "Tolerance", "compare",
            "dtype_eps", "expansion_budget", "output_scale", "statistics", "tolerance_for", "ulp_distance",
-           "worst_difference"]
+           "worst_difference", "zero_signs"]
 
 _BF16 = np.dtype(ml_dtypes.bfloat16)
 
@@ -300,6 +300,26 @@ def compare(expected: np.ndarray, actual: np.ndarray, tol: Tolerance | None = No
     what = "values differ (the sign of zero)" if e.dtype.kind == "f" and e[flat] == 0 and a[flat] == 0 \
         else "values differ"
     return Difference(what, index, _scalar(expected[flat]), _scalar(actual[flat])), max_diff
+
+
+def zero_signs(expected: np.ndarray, actual: np.ndarray) -> Difference | None:
+    """Where both outputs are exactly zero but of different signs (judged even under a tolerance), or None.
+
+    For input sets built to make exact -0.0 results (:mod:`.special`'s ``signed-zeros``): a rounding
+    difference cannot turn an exact zero into one of the other sign there, a lost ``C = -0.0`` can.
+    """
+    if expected.dtype != actual.dtype or expected.shape != actual.shape or expected.size == 0:
+        return None
+    e, a = _as_float(expected.reshape(-1)), _as_float(actual.reshape(-1))
+    if e.dtype.kind != "f":
+        return None
+    bad = (e == 0) & (a == 0) & (np.signbit(e) != np.signbit(a))
+    if not np.any(bad):
+        return None
+    flat = int(np.argwhere(bad)[0][0])
+    index = tuple(int(i) for i in np.unravel_index(flat, expected.shape))
+    return Difference("values differ (the sign of zero)", index, _scalar(expected.reshape(-1)[flat]),
+                      _scalar(actual.reshape(-1)[flat]))
 
 
 def _scalar(v: object) -> object:

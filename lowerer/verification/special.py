@@ -12,7 +12,12 @@ For the ops below, :func:`constructed` adds a bounded number of sets built to hi
   value among -inf, and random; single-element planes come from the shapes (dynamic dims bound to 1);
 * ScatterElements, ScatterND, Scatter (``duplicates``): every index the same (the updates random);
 * Cast, CastLike (``cast-edges``): values at the target type's edges (float16's largest finite and the
-  values that round past it, subnormals, in-range integer bounds, halves, signed zeros).
+  values that round past it, subnormals, in-range integer bounds, halves, signed zeros);
+* Gemm, MatMul (``signed-zeros``): A negative and B positive, both of the type's smallest normal
+  magnitude, so that every product underflows to -0.0 and the sum (a fused multiply-add from +0.0, as
+  onnxruntime's MLAS kernels compute it) is exactly -0.0 (Gemm's C, when given, -0.0 too): a rewrite
+  that adds +0.0 somewhere (a C of +0.0 for -0.0) shows. A kernel that rounds each product before
+  adding it to +0.0 gives +0.0 on both sides, and the set only compares equal.
 
 Every set is judged like the seeded ones. At most :data:`MAX_SETS` sets per input shape.
 """
@@ -31,7 +36,7 @@ from lowerer.reference import np_dtype
 __all__ = ["KINDS", "MAX_SETS", "constructed"]
 
 #: The kinds of constructed sets (judged like the seeded kinds).
-KINDS = frozenset({"positions", "planes", "all-inf", "duplicates", "cast-edges"})
+KINDS = frozenset({"positions", "planes", "all-inf", "duplicates", "cast-edges", "signed-zeros"})
 #: The most constructed sets per input shape.
 MAX_SETS = 16
 
@@ -39,6 +44,7 @@ _BF16 = np.dtype(ml_dtypes.bfloat16)
 _ARG = {"ArgMax": 1, "ArgMin": -1, "Hardmax": 1}
 _MAX_LIKE = {"GlobalMaxPool": 1, "MaxPool": 1, "ReduceMax": 1, "ReduceMin": -1}
 _SCATTERS = ("ScatterElements", "ScatterND", "Scatter")
+_PRODUCTS = ("Gemm", "MatMul")
 
 #: One constructed set: its kind, the inputs it gives (by position), and what it covers.
 Constructed = tuple[str, dict[int, np.ndarray], str]
@@ -170,6 +176,19 @@ def _cast_edges(node: onnx.NodeProto, elems: Sequence[int], shape: tuple[int, ..
     return [("cast-edges", {0: given}, f"{len(pool)} values at {target}'s edges (signed zeros, halves, bounds)")]
 
 
+def _signed_zeros(dtype: np.dtype[Any], shapes: Sequence[tuple[int, ...]], rng: np.random.Generator
+                  ) -> list[Constructed]:
+    """A negative, B positive, both tiny (every product underflows to -0.0), Gemm's C -0.0."""
+    if not _is_float(dtype) or len(shapes) < 2:
+        return []
+    tiny = float((ml_dtypes.finfo(dtype) if dtype == _BF16 else np.finfo(dtype)).smallest_normal)  # type: ignore[no-untyped-call]
+    given = {0: (-tiny * rng.integers(1, 3, shapes[0])).astype(dtype),
+             1: (tiny * rng.integers(1, 3, shapes[1])).astype(dtype)}
+    if len(shapes) > 2:
+        given[2] = np.full(shapes[2], -0.0).astype(dtype)
+    return [("signed-zeros", given, "negative times positive products that underflow to -0.0 (sums of -0.0)")]
+
+
 def constructed(node: onnx.NodeProto, version: int, elems: Sequence[int], shapes: Sequence[tuple[int, ...]],
                 rng: np.random.Generator) -> list[Constructed]:
     """The constructed input sets of ``node`` (at ``version``) for one binding of its inputs' shapes.
@@ -188,4 +207,6 @@ def constructed(node: onnx.NodeProto, version: int, elems: Sequence[int], shapes
         return [("duplicates", {1: np.zeros(shapes[1], np_dtype(elems[1]))}, "every index the same")]
     if op in ("Cast", "CastLike") and 0 not in shapes[0]:
         return _cast_edges(node, elems, shapes[0])
+    if op in _PRODUCTS:
+        return _signed_zeros(dtype, shapes, rng)
     return []
