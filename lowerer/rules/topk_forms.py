@@ -23,7 +23,8 @@ Types: TopK-1/10 take float16/float/double, TopK-11 the integer types too, TopK-
 What TopK at the target cannot take is widened exactly (bfloat16 → float32 with Cast-13;
 int8/16/32 and uint8/16/32 → double below TopK-11, with Cast-6), or refused (int64/uint64 below
 TopK-11: double cannot hold them all). ArgMin below TopK-11 (no ``largest``) takes the maximum
-of ``Neg(x)``, exact on the float types (negation only flips the sign).
+of ``Neg(x)``, exact on the float types (negation only flips the sign); below opset 6 it is refused
+(onnxruntime has no Neg-1 kernel, so the form could not be verified).
 """
 
 from __future__ import annotations
@@ -94,6 +95,10 @@ def first_extremum_topk(em: Emitter, v: str, axis: int, keepdims: int | None, la
     if wide is not None:
         v = em.op("Cast", [v], to=wide)
     if not largest and version < 11:
+        if em.opset < 6:
+            em.refuse(f"the first minimum is TopK-{version}'s maximum of Neg(x) (TopK has no 'largest' below "
+                      "version 11), and Neg below opset 6 (Neg-1) has no onnxruntime kernel to verify it; "
+                      "target opset >= 6")
         v = em.op("Neg", [v])
         largest = True
     if pad:
