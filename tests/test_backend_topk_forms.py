@@ -409,3 +409,39 @@ def test_forms_resolve_and_show_in_inspect(use_profile: Any, tmp_path: Path) -> 
     assert "argmax-topk: TopK" in lines["amax"]
     assert "hardmax-topk: TopK" in lines["hmax"]
     assert "shape-slice: Shape + Slice" in lines["shp"]
+
+
+# -- last-axis below Reshape-14: no If where a dynamic batch is the only dim that may be 0 ----------------
+
+@pytest.mark.parametrize("op", ["Hardmax", "Softmax", "LogSoftmax"])
+@pytest.mark.parametrize(("version", "target"), [(1, 9), (11, 11), (11, 12), (11, 13)])
+@pytest.mark.parametrize("axis", [1, 2, -2])
+def test_last_axis_with_a_dynamic_batch_has_no_if(use_profile: Any, op: str, version: int, target: int,
+                                                  axis: int) -> None:
+    """Flatten(axis >= 1) → op → Reshape-13 to Shape(x): a 0 batch copies the view's 0, so no guard is needed."""
+    if version < 11 and axis < 0:
+        return
+    use_profile([_entry([op], "last-axis", {"axis_not_last": True})])
+    model = _model([helper.make_node(op, ["x"], ["y"], name="n", axis=axis)],
+                   [helper.make_tensor_value_info("x", F, ["N", 3, 4, 2])], _HARDMAX_SOURCES[version])
+    result = lowerer.convert(model, target_opset=target, for_backend="openvino")
+    assert "If" not in _ops(result.model) and "Reshape" in _ops(result.model), _ops(result.model)
+    _assert_verified(result, "last-axis" if target < 13 else "coerced-axis")
+    before, after = _session(model), _session(result.model)
+    for n in (0, 1, 2):
+        for feed in _values((n, 3, 4, 2), np.dtype(np.float32)):
+            want, got = before.run(None, {"x": feed}), after.run(None, {"x": feed})
+            assert want[0].shape == got[0].shape
+            if op == "Hardmax":
+                np.testing.assert_array_equal(want[0], got[0])
+            else:  # the same op on a view; onnxruntime may vectorise the rows differently
+                np.testing.assert_allclose(want[0], got[0], rtol=1e-6, atol=1e-6)
+
+
+def test_last_axis_keeps_its_guard_where_another_dim_may_be_zero(use_profile: Any) -> None:
+    use_profile([_entry(["Hardmax"], "last-axis", {"axis_not_last": True})])
+    model = _model([helper.make_node("Hardmax", ["x"], ["y"], name="n", axis=2)],
+                   [helper.make_tensor_value_info("x", F, ["N", "C", 4, 2])], 11)
+    result = lowerer.convert(model, target_opset=11, for_backend="openvino")
+    assert "If" in _ops(result.model)
+    _assert_verified(result, "last-axis")

@@ -77,7 +77,8 @@ class LastAxisForm(CoercedAxisRule):
     2. coerced-to-2-D meaning (1, 11), axis not last: at a target >= 13 the version rule's form
        (``Flatten`` → op(``axis=-1``) → ``Reshape`` to ``Shape(x)``); below 13, ``Flatten(axis)`` →
        op(``axis=1``, the last axis of the 2-D view) → ``Reshape`` to ``Shape(x)`` (opset >= 5; a
-       possibly empty ``x`` through ``If(Size(x) == 0)``, as Reshape below 14 reads a 0 as "copy");
+       possibly empty ``x`` through ``If(Size(x) == 0)``, as Reshape below 14 reads a 0 as "copy",
+       except where only the first dim may be 0 and ``axis >= 1``: that 0 copies a 0);
     3. an axis already last: the node as the version rule takes it.
     """
 
@@ -127,7 +128,7 @@ class LastAxisForm(CoercedAxisRule):
         copy = em.copy_node(axis=1)
         copy.input[0] = flat
         copy.output[0] = inner
-        self._reshape_13(em, x, inner, shape)
+        self._reshape_13(em, x, inner, shape, axis)
 
 
 class ConstantInputsForm(Rule):

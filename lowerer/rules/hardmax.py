@@ -108,20 +108,23 @@ class CoercedAxisRule(Rule):
             # allowzero keeps zero-sized dims exact.
             em.op("Reshape", [inner, shape], list(em.node.output), allowzero=1)
             return
-        self._reshape_13(em, x, inner, shape)
+        self._reshape_13(em, x, inner, shape, axis)
 
     @staticmethod
-    def _reshape_13(em: Emitter, x: str, inner: str, shape: str) -> None:
-        """Reshape ``inner`` back to ``Shape(x)`` with Reshape-13, exactly also when ``x`` is empty.
+    def _reshape_13(em: Emitter, x: str, inner: str, shape: str, axis: int | None = None) -> None:
+        """Reshape ``inner`` (``Flatten(x, axis)``'s 2-D view) back to ``Shape(x)`` with Reshape-13, exactly.
 
         Reshape-13 reads a 0 in the shape as "copy the input's dim": with an empty ``x`` it would
         fail or, worse, give another shape ([0, 0, 5, 2] at axis 2 came out [0, 10, 5, 2]). The op
         of an empty tensor is that same empty tensor, so unless the dims are statically non-zero,
-        ``If(Size(x) == 0)`` passes ``x`` through and otherwise reshapes.
+        ``If(Size(x) == 0)`` passes ``x`` through and otherwise reshapes. No ``If`` either when
+        only ``x``'s first dim may be 0 and ``axis`` is at least 1: a 0 there copies the view's first
+        dim, the product of the dims before ``axis``, which is then 0 too (a dynamic batch; some
+        backends, OpenVINO's provider, refuse graphs holding an If).
         """
         start = len(em.nodes)
         em.op("Reshape", [inner, shape], list(em.node.output))
-        if em.may_be_empty(x):
+        if em.may_be_empty(x) and not _only_first_dim_may_be_zero(em, x, axis):
             em.pass_through_if_empty(x, start)
 
     def _from_single_axis(self, em: Emitter, x: str, axis: int, target: int) -> None:
@@ -144,3 +147,13 @@ class CoercedAxisRule(Rule):
         node.input[0] = moved
         node.output[0] = inner
         em.op("Transpose", [inner], list(em.node.output), perm=inverse)
+
+
+def _only_first_dim_may_be_zero(em: Emitter, x: str, axis: int | None) -> bool:
+    """Whether ``Flatten(x, axis)`` keeps a 0 of ``Shape(x)`` exact under Reshape-13 (see ``_reshape_13``)."""
+    dims = em.dims(x)
+    if axis is None or not dims:
+        return False
+    flat_axis = axis + len(dims) if axis < 0 else axis
+    return flat_axis >= 1 and all(d is not None and d > 0 for d in dims[1:])
+
