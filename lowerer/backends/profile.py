@@ -1,8 +1,8 @@
 """Backend profiles: what an execution provider cannot run, as data (one JSON file per backend).
 
 A profile (``lowerer/backends/<name>.json``) lists entries. Each entry names an op (or several),
-the range of its since-versions, an optional condition on the node (attribute values, input
-element types, whether an input is a literal constant, the rank, static dims), what lowerer does
+the range of its since-versions, an optional condition on the node (attribute values, attributes
+written at all, input element types, whether an input is a literal constant, the rank, static dims), what lowerer does
 with such a node (``rewrite``: the name of an exact form, or null when lowerer has none), why the
 backend cannot run it, and the source of that statement (a document or code location). Entries
 that could not be confirmed in their source say so (``"confirmed": false`` and a ``note``).
@@ -55,8 +55,8 @@ REWRITES: dict[str, str] = {
     "expand": "the op's ONNX function body",
 }
 
-_CONDITIONS = frozenset({"attribute", "dtypes", "not_dtypes", "literal_inputs", "rank_not", "axis_not_last",
-                         "dynamic_shape", "axis_size_dynamic"})
+_CONDITIONS = frozenset({"attribute", "attributes_present", "dtypes", "not_dtypes", "literal_inputs", "rank_not",
+                         "axis_not_last", "dynamic_shape", "axis_size_dynamic"})
 _ENTRY_KEYS = frozenset({"op", "ops", "versions", "when", "rewrite", "why", "source", "confirmed", "note",
                          "backend_versions"})
 _AXIS_OPS = frozenset({"Hardmax", "Softmax", "LogSoftmax"})
@@ -396,6 +396,11 @@ def _check_attribute(node: onnx.NodeProto, version: int, facts: Facts, value: An
     return True
 
 
+def _check_attributes_present(node: onnx.NodeProto, version: int, facts: Facts, value: Any) -> bool:
+    """Some listed attribute is written on the node (whatever its value: Shape's ``start``/``end``)."""
+    return any(a.name in set(value) for a in node.attribute)
+
+
 def _type_name(facts: Facts, name: str) -> str | None:
     elem = facts.elem_type(name) if name else None
     return None if elem is None else onnx.TensorProto.DataType.Name(elem).lower()
@@ -466,6 +471,7 @@ def _check_axis_size_dynamic(node: onnx.NodeProto, version: int, facts: Facts, v
 
 _CHECKS = {
     "attribute": _check_attribute,
+    "attributes_present": _check_attributes_present,
     "dtypes": _check_dtypes,
     "not_dtypes": _check_not_dtypes,
     "literal_inputs": _check_literal_inputs,
@@ -479,6 +485,8 @@ _CHECKS = {
 def _describe_condition(name: str, value: Any) -> str:
     if name == "attribute":
         return "with " + ", ".join(f"{k}={v}" for k, v in dict(value).items())
+    if name == "attributes_present":
+        return "with " + " or ".join(value) + " set"
     if name == "dtypes":
         return "on " + "/".join(value)
     if name == "not_dtypes":
