@@ -24,6 +24,7 @@ from lowerer.input_check import InputCheck
 from lowerer.ir_version import choose as choose_ir
 from lowerer.naming import NameGenerator, node_label
 from lowerer.opsets import default_opset, is_default_domain, since_version
+from lowerer.relabels import RelabelCheck
 from lowerer.report import Report, Rewrite
 from lowerer.rules import REGISTRY
 from lowerer.scopes import Scope, iter_scopes, subgraphs_of, used_names
@@ -72,6 +73,7 @@ class ConversionWalk:
         #: The nodes that cannot be converted, in the order met (see :meth:`refusal`).
         self.refused: list[tuple[ConversionError, dict[str, Any]]] = []
         self.strict = RewriteChecker()
+        self.relabels = None if verifier is None else RelabelCheck(verifier, self._described, self.shapes.known)
         self.report = Report(target_opset=target,
                              decompose=tuple(sorted({*request.decompose, *(o.lower() for o in request.expand)})))
 
@@ -115,7 +117,7 @@ class ConversionWalk:
                     except ConversionError as e:  # noted; the walk goes on to find every node that refuses
                         self._refused(e, node, index, scope, source)
                 if replacement is None and source != target:  # relabeled: does onnxruntime still take its types?
-                    self._relabeled(node, scope, source, target, narrowing)
+                    self._relabeled(node, index, scope, source, target, narrowing)
             elif node.attribute:
                 self.subgraphs(node, index, scope)
             if replacement is not None:
@@ -167,9 +169,14 @@ class ConversionWalk:
         error.refused = [r for _, r in self.refused]
         return error
 
-    def _relabeled(self, node: onnx.NodeProto, scope: Scope, source: int, target: int,
+    def _relabeled(self, node: onnx.NodeProto, index: int, scope: Scope, source: int, target: int,
                    narrowing: dict[str, object]) -> None:
-        """A node taken to ``target`` as it is: record a type onnxruntime's kernel there no longer takes."""
+        """A node taken to ``target`` as it is: record a type onnxruntime's kernel there no longer takes.
+
+        With verification, the first node of each pattern is run at both opsets (:mod:`lowerer.relabels`).
+        """
+        if self.relabels is not None and self.verifier is not None:
+            self.relabels(node, index, scope, source, target)
         narrowed = narrowing.get(node.op_type, _UNKNOWN)
         if narrowed is _UNKNOWN:
             narrowed = narrowing[node.op_type] = self._narrowed(node.op_type, source, target)
@@ -297,6 +304,18 @@ class ConversionWalk:
             self.strict(rewrite)
         new_constants.extend(conversion.constants)
         return conversion.nodes
+
+    def _described(self, node: onnx.NodeProto, scope: Scope) -> dict[str, Any]:
+        """The facts about ``node``'s inputs a relabel's check feeds (:class:`~lowerer.relabels.RelabelCheck`).
+
+        Types as known without running shape inference where they are (the relabel check looks for such a
+        node of the pattern first: a whole-model inference costs more than the checks), else as facts give them.
+        """
+        types = {name: self.shapes.known(scope, name) for name in node.input if name}
+        types = {name: vt if vt and vt[0] else checked_type(self.shapes, self.constants, scope, name)
+                 for name, vt in types.items()}
+        return {"input_types": types,
+                "input_values": self._input_values(node, scope), "derived_inputs": self._derived_inputs(node, scope)}
 
     def _input_types(self, node: onnx.NodeProto, scope: Scope) -> dict[str, object]:
         """The types of ``node``'s inputs for its Rewrite record (the verifier's inputs).
