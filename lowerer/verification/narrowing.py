@@ -49,7 +49,7 @@ def _floats(types: Iterable[int]) -> list[int]:
 
 
 def _name(elem: int) -> str:
-    return T.DataType.Name(elem).lower()
+    return str(T.DataType.Name(elem)).lower()
 
 
 def _to(node: onnx.NodeProto) -> int | None:
