@@ -18,7 +18,7 @@ Examples::
 
     python benchmarks/backend_matrix.py                                     # every release
     python benchmarks/backend_matrix.py --releases openvino-2024.0.0 --python openvino-2024.0.0=/venv/bin/python
-    python benchmarks/backend_matrix.py --before 785841f --no-probes        # lowerer as it was at a revision
+    python benchmarks/backend_matrix.py --before 785841f --no-probes        # the profiles as they were at 785841f
 """
 
 from __future__ import annotations
@@ -27,6 +27,7 @@ import argparse
 import json
 import os
 import re
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -104,7 +105,7 @@ def models(only: str) -> list[tuple[str, onnx.ModelProto, dict[str, np.ndarray]]
         with np.load(FIXTURES / info["inputs"]) as data:
             feeds = {n: np.array(data[n]) for n in info["input_names"]}
         found.append((name, onnx.load(str(FIXTURES / name)), feeds))
-    found += [(f"probe:{p.name}", p.model, p.feeds) for p in base_probes()]
+    found += [(f"probe:{p.name}", p.model, p.feeds) for p in base_probes() if p.group != "limits"]
     for name, build in EXPANSIONS.items():
         model, feeds = build()
         found.append((f"probe:{name}", model, feeds))
@@ -187,13 +188,19 @@ def probes(release: Release, python: str) -> dict[str, int]:
 
 
 def _lowerer(before: str | None, keep: Path) -> tuple[list[str], dict[str, str]]:
-    """The command that runs lowerer: this tree's, or the tree of revision ``before`` (git archive)."""
+    """The command that runs lowerer: this tree's, or this tree with the profiles of revision ``before``.
+
+    ``before`` swaps only the data (``lowerer/backends/openvino.json`` and ``rknn.json`` as of that revision,
+    ``git show``) into a copy of this tree's package, so that a before/after count differs by the profiles alone.
+    """
     if before is None:
         return [sys.executable, "-m", "lowerer"], {}
-    tree = keep / f"lowerer-{before}"
-    tree.mkdir(exist_ok=True)
-    archive = subprocess.run(["git", "-C", str(ROOT), "archive", before, "lowerer"], capture_output=True, check=True)
-    subprocess.run(["tar", "-x", "-C", str(tree)], input=archive.stdout, check=True)
+    tree = keep / f"lowerer-profiles-{before}"
+    shutil.copytree(ROOT / "lowerer", tree / "lowerer", ignore=shutil.ignore_patterns("__pycache__"))
+    for name in ("openvino.json", "rknn.json"):
+        old = subprocess.run(["git", "-C", str(ROOT), "show", f"{before}:lowerer/backends/{name}"],
+                             capture_output=True, check=True).stdout
+        (tree / "lowerer" / "backends" / name).write_bytes(old)
     return [sys.executable, "-m", "lowerer"], {"PYTHONPATH": str(tree)}
 
 
@@ -206,7 +213,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--models", default="", help="regex on the model names (fixtures, probe:NAME)")
     parser.add_argument("--no-probes", action="store_true")
     parser.add_argument("--no-models", action="store_true")
-    parser.add_argument("--before", help="run the conversions with lowerer as of this git revision")
+    parser.add_argument("--before", help="run the conversions with the openvino/rknn profiles of this git revision")
     parser.add_argument("--jobs", type=int, default=2)
     parser.add_argument("--json", type=Path)
     args = parser.parse_args(argv)

@@ -132,6 +132,25 @@ def _topk() -> list[Probe]:
             model = make_model([node], [("x", _F, x.shape)], [("v", _F), ("i", _I64)], opset, inits)
             probes.append(Probe(f"TopK-{opset}-largest{largest}", "topk",
                                 f"TopK-{opset} k=3 with ties: the lower index first", model, {"x": x}))
+    long_rows = np.random.default_rng(12).integers(0, 2, size=(64, 64)).astype(np.float32)
+    for opset in (1, 10, 11):
+        for count in (1, 3):
+            if opset == 1:
+                node = helper.make_node("TopK", ["x"], ["v", "i"], k=count, axis=-1)
+                inits = []
+            else:
+                node = helper.make_node("TopK", ["x", "k"], ["v", "i"], axis=-1)
+                inits = [numpy_helper.from_array(np.array([count], np.int64), "k")]
+            model = make_model([node], [("x", _F, long_rows.shape)], [("v", _F), ("i", _I64)], opset, inits)
+            probes.append(Probe(f"TopK-{opset}-k{count}-rows64", "topk", f"TopK-{opset} k={count} on rows of 64 "
+                                "zeros and ones: the lower index first", model, {"x": long_rows}))
+    for op in ("ArgMax", "ArgMin"):
+        for axis in (0, 1):
+            data = long_rows if axis == 1 else np.ascontiguousarray(long_rows.T)
+            model = make_model([helper.make_node(op, ["x"], ["y"], axis=axis)], [("x", _F, data.shape)],
+                               [("y", _I64)], 13)
+            probes.append(Probe(f"{op}-13-axis{axis}-len64", "topk", f"{op}-13 over 64 zeros and ones on axis "
+                                f"{axis} ({'last' if axis else 'not last'})", model, {"x": data}))
     model = make_model([helper.make_node("GlobalMaxPool", ["x"], ["y"])], [("x", _F, (2, 3, 4, 5))], [("y", _F)], 13)
     probes.append(Probe("GlobalMaxPool-1", "topk", "GlobalMaxPool over H, W", model, {"x": ties((2, 3, 4, 5), 3)}))
     return probes
