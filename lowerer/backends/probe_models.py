@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 import onnx
@@ -81,7 +82,7 @@ def _rows64() -> np.ndarray:
 
 
 def _one(op: str, opset: int, x: np.ndarray, out_type: int = _F, name: str = "", group: str = "mission",
-         tests: str = "", **attrs: object) -> Probe:
+         tests: str = "", **attrs: Any) -> Probe:
     node = helper.make_node(op, ["x"], ["y"], **attrs)
     detail = "-".join(f"{k}{v}" for k, v in attrs.items())
     label = name or f"{op}-{opset}" + (f"-{detail}" if detail else "")
@@ -126,7 +127,7 @@ def _topk() -> list[Probe]:
                 node = helper.make_node("TopK", ["x"], ["v", "i"], k=3, axis=-1)
                 inits: list[onnx.TensorProto] = []
             else:
-                extra = {"largest": largest, "sorted": 1} if opset == 11 else {}
+                extra: dict[str, Any] = {"largest": largest, "sorted": 1} if opset == 11 else {}
                 node = helper.make_node("TopK", ["x", "k"], ["v", "i"], axis=-1, **extra)
                 inits = [k]
             model = make_model([node], [("x", _F, x.shape)], [("v", _F), ("i", _I64)], opset, inits)
@@ -181,8 +182,9 @@ def _reduce() -> list[Probe]:
 def _shape() -> list[Probe]:
     probes: list[Probe] = []
     x = np.zeros((2, 3, 4, 5), np.float32)
-    for opset, attrs in ((13, {}), (15, {}), (15, {"start": 1}), (15, {"start": 1, "end": -1}),
-                         (15, {"end": 2}), (15, {"start": -2})):
+    shapes: tuple[tuple[int, dict[str, Any]], ...] = (
+        (13, {}), (15, {}), (15, {"start": 1}), (15, {"start": 1, "end": -1}), (15, {"end": 2}), (15, {"start": -2}))
+    for opset, attrs in shapes:
         node = helper.make_node("Shape", ["x"], ["y"], **attrs)
         model = make_model([node], [("x", _F, x.shape)], [("y", _I64)], opset)
         detail = "-".join(f"{k}{v}" for k, v in attrs.items())

@@ -158,6 +158,8 @@ def node_case_probes(max_opset: int = _MAX_OPSET) -> list[Probe]:
     probes = []
     for case in sorted(cases, key=lambda c: c.name):
         model = case.model
+        if model is None:
+            continue
         opset = next((o.version for o in model.opset_import if o.domain in ("", "ai.onnx")), None)
         if opset is None or opset > max_opset or any(o.domain not in ("", "ai.onnx") for o in model.opset_import):
             continue
@@ -193,8 +195,8 @@ def _write_job(work: Path, index: int, probe: Probe) -> list[str | None]:
     folder.mkdir()
     (folder / "model.onnx").write_bytes(probe.model.SerializeToString())
     order = list(probe.feeds)
-    np.savez(folder / "feeds.npz", __order__=np.array(json.dumps(order)), __sets__=np.array(1),
-             **{f"s0_in{i}": np.asarray(probe.feeds[n]) for i, n in enumerate(order)})
+    arrays: dict[str, Any] = {f"s0_in{i}": np.asarray(probe.feeds[n]) for i, n in enumerate(order)}
+    np.savez(folder / "feeds.npz", __order__=np.array(json.dumps(order)), __sets__=np.array(1), **arrays)
     return [str(folder / "model.onnx"), str(folder / "feeds.npz"), str(folder), None]
 
 
