@@ -66,11 +66,14 @@ def optimize_model(model: onnx.ModelProto, source_dir: Path | None, *, report: R
     except Exception as e:
         raise ConversionError(f"onnxscript's optimizer failed on the converted model: {type(e).__name__}: "
                               f"{' '.join(str(e).split())}; convert without --optimize") from None
+    mended = _reshape_allowzero_below_14(optimized)
     after = count_nodes(optimized)
     notify(progress, "optimize", 1, 1, "passes")
     version = getattr(onnxscript, "__version__", "?")
     report.optimization = {"tool": f"onnxscript.optimizer.optimize_ir, onnxscript {version}",
                            "functions": "kept (inline=False)", "nodes_before": before, "nodes_after": after}
+    if mended:
+        report.optimization["mended"] = mended
     logger.info("optimize: %d nodes -> %d", before, after)
     from lowerer.verification.whole import ModelSource, verify_models
 
@@ -79,3 +82,35 @@ def optimize_model(model: onnx.ModelProto, source_dir: Path | None, *, report: R
                           what="optimization check", progress=progress)
     report.optimization["check"] = check.status
     return optimized
+
+
+def _reshape_allowzero_below_14(model: onnx.ModelProto) -> list[str]:
+    """Drop the ``allowzero`` onnxscript's optimizer writes on Reshape below opset 14, where it means nothing else.
+
+    onnxscript 0.7.2's rewrite rule ``MaterializeReshapeShape`` writes ``allowzero=1`` whatever the opset,
+    and Reshape has the attribute only from 14: onnxruntime refuses such a model at 13 ("Unrecognized
+    attribute: allowzero"). Where the shape is a constant without a 0 (the rule's materialized shape), or
+    the attribute is 0, Reshape-5/13 computes the same thing without it, so it is dropped; otherwise it is
+    left, and the optimization check reports the model onnxruntime refuses. Returns the nodes mended.
+    """
+    from lowerer.opsets import default_opset
+
+    opset = default_opset(model.opset_import)
+    if opset is None or opset >= 14:
+        return []
+    constants = {t.name: t for t in model.graph.initializer}
+    for node in model.graph.node:
+        if node.op_type == "Constant" and node.output and node.attribute and node.attribute[0].name == "value":
+            constants[node.output[0]] = node.attribute[0].t
+    mended = []
+    for node in model.graph.node:
+        if node.op_type != "Reshape" or node.domain not in ("", "ai.onnx"):
+            continue
+        at = next((a for a in node.attribute if a.name == "allowzero"), None)
+        if at is None:
+            continue
+        shape = constants.get(node.input[1]) if len(node.input) > 1 else None
+        if at.i == 0 or (shape is not None and 0 not in onnx.numpy_helper.to_array(shape).tolist()):
+            node.attribute.remove(at)
+            mended.append(node.name or node.output[0])
+    return mended

@@ -98,7 +98,7 @@ def test_inspect_text_and_json(tmp_path: Path) -> None:
     assert "inputs: 1\n  x  float32  [2, 3, 4]\noutputs: 1\n  y  float32  [2, 3, 4]\nnodes: 1\n" in stdout
     assert "ops: 1 distinct, by count:\n  Hardmax 1\n" in stdout
     assert "would rewrite 1 node(s) (opset 13 -> 11), in 1 group (op, rewrite):" in stdout
-    assert "  1 x Hardmax-13  rule coerced-axis  -> Transpose + Hardmax + Transpose" in stdout
+    assert "  1 x Hardmax-13  coerced axis  -> Transpose + Hardmax + Transpose" in stdout
     code, stdout, _ = _invoke(["inspect", str(src), "--json"])
     info = json.loads(stdout)
     assert info["default_opset"] == 13 and info["ops"] == {"Hardmax": 1}
