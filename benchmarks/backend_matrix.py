@@ -115,8 +115,9 @@ def models(only: str) -> list[tuple[str, onnx.ModelProto, dict[str, np.ndarray]]
 def convert(lowerer: list[str], source: Path, out: Path, spec: str, env: dict[str, str]) -> tuple[int, str]:
     """``lowerer convert SOURCE -o OUT --for SPEC``: (exit status, its last line on stderr)."""
     try:
+        # cwd: the model's folder (``python -m`` puts the working folder first on sys.path, ahead of PYTHONPATH)
         done = subprocess.run([*lowerer, "convert", str(source), "-o", str(out), "--for", spec], capture_output=True,
-                              text=True, env=env, timeout=CONVERT_TIMEOUT_S, check=False)
+                              text=True, env=env, timeout=CONVERT_TIMEOUT_S, check=False, cwd=source.parent)
     except subprocess.TimeoutExpired:
         return -1, "timeout"
     lines = [ln for ln in done.stderr.splitlines() if ln.strip() and "warning" not in ln]
