@@ -89,7 +89,7 @@ def test_a_witness_that_dies_is_a_failure_not_a_signal(tmp_path: Path, monkeypat
         dying.run(_softmax_model(), {"x": np.zeros((1, 4, 5), np.float32)})
     assert e.value.stage == "crash" and "SIGSEGV" in str(e.value)
     monkeypatch.setattr(deployment, "witness_for", lambda p: (dying, ""))
-    with pytest.raises(VerificationError, match="cannot run the converted model.*SIGSEGV"):
+    with pytest.raises(VerificationError, match=r"cannot run the converted model.*SIGSEGV"):
         lowerer.convert(_softmax_model(), target_opset=13, for_backend="openvino==2024.0")
 
 
@@ -118,11 +118,11 @@ def test_a_release_other_than_the_named_one_is_not_run(monkeypatch: pytest.Monke
 
 
 def test_unnamed_version_is_the_installed_release(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(profile, "installed_version", lambda runtime: "2024.0.0")
+    monkeypatch.setattr(profile, "installed_release", lambda runtime: ("2024.0.0", "OpenVINO 2024.0.0"))
     chosen = profile.load_profile("openvino")
     assert chosen.chosen == "the installed release (OpenVINO 2024.0.0)"
     assert chosen.loads is not None and chosen.loads.version <= "2024.0"
-    monkeypatch.setattr(profile, "installed_version", lambda runtime: None)
+    monkeypatch.setattr(profile, "installed_release", lambda runtime: None)
     newest = profile.load_profile("openvino")
     assert "newest row" in newest.chosen and "not installed" in newest.chosen
 

@@ -61,7 +61,8 @@ def test_quick_start_output_and_nan_warning_in_one_line(tmp_path: Path) -> None:
     lines = err.splitlines()
     assert lines[0] == "opset import ai.onnx 11 -> 13; 3 nodes rewritten (3 verified)"
     assert lines[1:4] == ["  1 x GlobalMaxPool 1 -> 13 decomposed to ReduceMax",
-                          "  1 x Hardmax 11 -> 13 decomposed to Size + Equal + If", "  1 x Softmax 11 -> 13 coerced axis"]
+                          "  1 x Hardmax 11 -> 13 decomposed to Size + Equal + If",
+                          "  1 x Softmax 11 -> 13 coerced axis"]
     warnings = [line for line in lines if line.startswith("lowerer: warning:")]
     assert len(warnings) == 1
     assert "2 rewrites compute differently from the original on NaN inputs" in warnings[0]

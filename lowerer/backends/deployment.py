@@ -31,7 +31,7 @@ import numpy as np
 import onnx
 
 from lowerer.backends.profile import Profile, VersionRange
-from lowerer.backends.witnesses import Witness, WitnessError, find_witness
+from lowerer.backends.witnesses import WITNESSES_FOR, Witness, WitnessError, find_witness, release_of
 from lowerer.errors import VerificationError
 from lowerer.report import Report
 from lowerer.verification.compare import OutputStats, Tolerance, output_scale, statistics
@@ -43,8 +43,6 @@ __all__ = ["Deployment", "check_deployment", "witness_for"]
 
 logger = logging.getLogger(__name__)
 
-#: The witnesses that can stand for each runtime a profile names, in the order they are tried.
-_WITNESSES = {"openvino": ("openvino", "onnxruntime-openvino"), "rknn-toolkit2": ("rknn-toolkit2",)}
 #: Above this many top-level nodes the departing node is not searched for (every value would be an output).
 LOCATE_LIMIT = 3000
 
@@ -96,7 +94,7 @@ def _holds(named: VersionRange, version: str) -> bool:
 
 def witness_for(profile: Profile) -> tuple[Witness | None, str]:
     """The installed witness of ``profile``'s runtime at a release it names, or None and why not."""
-    runtimes = _WITNESSES.get(profile.runtime)
+    runtimes = WITNESSES_FOR.get(profile.runtime)
     if not runtimes:
         return None, f"lowerer has no witness for {profile.runtime or profile.name}: the profile was not run"
     reasons = []
@@ -105,17 +103,11 @@ def witness_for(profile: Profile) -> tuple[Witness | None, str]:
         if witness is None:
             reasons.append(why)
             continue
-        release = _release_of(witness)
+        release = release_of(witness)
         if _holds(profile.named, release):
             return witness, ""
         reasons.append(f"the installed {witness.label} is not {profile.spec}")
     return None, "; ".join(reasons) + ": the result was not run on the backend"
-
-
-def _release_of(witness: Witness) -> str:
-    """The backend release a witness stands for (onnxruntime-openvino: the OpenVINO it bundles, when it says)."""
-    bundled = re.search(r"openvino (\d+(?:\.\d+)*)", witness.version, re.IGNORECASE)
-    return bundled.group(1) if bundled else witness.version
 
 
 def check_deployment(original: onnx.ModelProto | None, converted: onnx.ModelProto, profile: Profile, report: Report,
@@ -244,6 +236,8 @@ def _compare(converted: onnx.ModelProto, expected: list[list[np.ndarray]], got: 
         merged: OutputStats | None = None
         for k, s in enumerate(sets):
             want, have = expected[k][j], got[k][j] if j < len(got[k]) else np.array([])
+            if want.ndim == 0 and have.shape == (1,):  # rknn-toolkit2's simulator returns a 0-d output as [v]
+                have = have.reshape(())
             one = statistics(want, np.asarray(have), _tolerance(want, relative), name=name,
                              sides=("onnxruntime", "backend"))
             one.worst_input_set = s.label

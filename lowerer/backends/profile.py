@@ -28,7 +28,7 @@ from typing import TYPE_CHECKING, Any
 import onnx
 
 from lowerer.backends.loads import Loads, loads_for, parse_loads
-from lowerer.backends.witnesses import RUNTIMES, installed_version
+from lowerer.backends.witnesses import RUNTIMES, WITNESSES_FOR, installed_release
 from lowerer.errors import InputError
 
 if TYPE_CHECKING:
@@ -276,11 +276,11 @@ def load_profile(spec: object) -> Profile:
 def _unnamed_version(data: dict[str, Any]) -> tuple[str | None, str | None, str]:
     """For a backend named without a version: the installed release of its runtime, else the newest row."""
     runtime = data["runtime"]
-    installed = installed_version(runtime)
+    installed = installed_release(runtime)
     if installed is not None:
-        found = re.match(r"\d+(?:\.\d+)*", installed)
+        found = re.match(r"\d+(?:\.\d+)*", installed[0])
         if found is not None:
-            return "==", found.group(0), f"the installed release ({RUNTIMES[runtime]} {installed})"
+            return "==", found.group(0), f"the installed release ({installed[1]})"
     rows = data["loads"]
     newest = f"the newest row of lowerer's table ({rows[-1].version}); {RUNTIMES[runtime]} is not installed" \
         if rows else ""
@@ -335,7 +335,7 @@ def parse_profile(raw: object, source: str) -> dict[str, Any]:
             not 0 <= tolerance["relative"] < 1:
         raise InputError(f"profile {source}: 'tolerance' must be {{\"relative\": a number in [0, 1), \"source\": ...}}")
     return {"provider": raw["provider"], "description": str(raw.get("description", "")), "entries": entries,
-            "loads": rows, "runtime": runtime, "witnessed": runtime in RUNTIMES,
+            "loads": rows, "runtime": runtime, "witnessed": runtime in WITNESSES_FOR,
             "tolerance": float(tolerance["relative"]), "tolerance_source": str(tolerance.get("source", ""))}
 
 

@@ -19,6 +19,7 @@ from __future__ import annotations
 import functools
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -31,8 +32,8 @@ from typing import Any
 import numpy as np
 import onnx
 
-__all__ = ["RUNTIMES", "WITNESS_PYTHON", "Witness", "WitnessError", "find_witness", "installed_version",
-           "witness_python"]
+__all__ = ["RUNTIMES", "WITNESSES_FOR", "WITNESS_PYTHON", "Witness", "WitnessError", "find_witness",
+           "installed_release", "installed_version", "release_of", "witness_python"]
 
 _WORKER = Path(__file__).with_name("witness_worker.py")
 #: The runtimes a witness may be, and how each is named in messages.
@@ -173,7 +174,8 @@ def _query(runtime: str, python: str) -> tuple[str | None, str]:
     lines = [line for line in done.stdout.splitlines() if line.startswith("{")]
     found = json.loads(lines[-1]) if lines else {}
     if done.returncode == 0 and "version" in found:
-        return str(found["version"]), ""
+        bundled = f" (OpenVINO {found['openvino']})" if found.get("openvino") else ""
+        return f"{found['version']}{bundled}", ""
     why = found.get("error") or (f"died with {_signal_name(-done.returncode)}" if done.returncode < 0 else
                                  f"exited with status {done.returncode}")
     return None, f"{RUNTIMES.get(runtime, runtime)} cannot be imported here: {why}"
@@ -206,6 +208,36 @@ def installed_version(runtime: str) -> str | None:
         return metadata.version(runtime)
     except metadata.PackageNotFoundError:
         return None
+
+
+#: The witnesses that can stand for each runtime a profile names, in the order they are tried.
+WITNESSES_FOR: dict[str, tuple[str, ...]] = {"openvino": ("openvino", "onnxruntime-openvino"),
+                                             "rknn-toolkit2": ("rknn-toolkit2",)}
+
+
+def release_of(witness: Witness) -> str:
+    """The backend release a witness stands for (onnxruntime-openvino: the OpenVINO it bundles, when it says)."""
+    bundled = re.search(r"openvino (\d+(?:\.\d+)*)", witness.version, re.IGNORECASE)
+    return bundled.group(1) if bundled else witness.version
+
+
+def installed_release(runtime: str) -> tuple[str, str] | None:
+    """The release of ``runtime`` installed where the witnesses run, and the witness's label; None: none is.
+
+    ``openvino`` is OpenVINO itself, else the OpenVINO onnxruntime-openvino bundles (asked of that package:
+    its own version is onnxruntime's).
+    """
+    for name in WITNESSES_FOR.get(runtime, ()):
+        version = installed_version(name)
+        if version is None:
+            continue
+        if name == "onnxruntime-openvino":
+            witness, _ = find_witness(name)
+            if witness is None:
+                continue
+            return release_of(witness), witness.label
+        return version, f"{RUNTIMES[name]} {version}"
+    return None
 
 
 def witness_python() -> str:
