@@ -4,7 +4,7 @@ For every release R (OpenVINO 2023.0.2, 2024.0.0, 2026.4.1; onnxruntime-openvino
 OpenVINO 2025.4.1; rknn-toolkit2 2.5.0's simulator), in a venv built once with the recipe of issue 30 and
 cached under ``--cache`` (``~/.cache/lowerer/backend-venvs/<release>``):
 
-1. the probe suite (``python -m lowerer.backends.probes``, onnx's node cases included) on R: right / wrong /
+1. the probe suite (``python -m lowerer.cli.probes``, onnx's node cases included) on R: right / wrong /
    fails;
 2. for every model M among the real fixtures (``tests/fixtures/real/*.onnx``) and the probe models
    (:func:`lowerer.backends.probe_models.base_probes` and the one-node models of the expansion bodies):
@@ -45,8 +45,8 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from lowerer.backends.probe_models import EXPANSIONS, Probe, base_probes  # noqa: E402
-from lowerer.backends.probes import BUDGETS, DEFAULT_BUDGET, compare, run_batch  # noqa: E402
 from lowerer.backends.witnesses import Witness  # noqa: E402
+from lowerer.cli.probes import BUDGETS, DEFAULT_BUDGET, compare, run_batch  # noqa: E402
 
 FIXTURES = ROOT / "tests" / "fixtures" / "real"
 CONVERT_TIMEOUT_S = 900
@@ -179,7 +179,7 @@ def probes(release: Release, python: str) -> dict[str, int]:
     """The probe suite's totals on ``release``."""
     with tempfile.TemporaryDirectory() as folder:
         out = Path(folder) / "probes.json"
-        subprocess.run([sys.executable, "-m", "lowerer.backends.probes", "--runtime", release.runtime, "--json",
+        subprocess.run([sys.executable, "-m", "lowerer.cli.probes", "--runtime", release.runtime, "--json",
                         str(out)], env=dict(os.environ, LOWERER_WITNESS_PYTHON=python), cwd=ROOT,
                        capture_output=True, check=False)
         if not out.exists():

@@ -25,14 +25,14 @@ if _argv0 == "-m" or "lowerer" in _argv0:  # maybe the ``lowerer`` command: hold
 
     _held: list[int] = []
     _before = {s: _signal.signal(s, lambda n, f: _held.append(n)) for s in (_signal.SIGINT, _signal.SIGTERM)}
-    from lowerer import interrupts as _interrupts
+    from lowerer.core import interrupts as _interrupts
 
     _interrupts.take_over(_before, _held)
 
 from typing import TYPE_CHECKING, Any  # noqa: E402
 
 from lowerer._version import __version__  # noqa: E402
-from lowerer.errors import (  # noqa: E402
+from lowerer.core.errors import (  # noqa: E402
     ConversionError,
     InputError,
     LowererError,
@@ -41,9 +41,9 @@ from lowerer.errors import (  # noqa: E402
 
 if TYPE_CHECKING:
     from lowerer.api import ConvertResult, convert
+    from lowerer.core.progress import Progress
+    from lowerer.core.report import Report, Rewrite
     from lowerer.ir_pass import LowerPass
-    from lowerer.progress import Progress
-    from lowerer.report import Report, Rewrite
     from lowerer.verification.compare import Tolerance
     from lowerer.verification.whole import ModelCheckOptions
 
@@ -66,11 +66,11 @@ __all__ = [
 _LAZY = {
     "convert": "lowerer.api",
     "ConvertResult": "lowerer.api",
-    "Report": "lowerer.report",
-    "Rewrite": "lowerer.report",
+    "Report": "lowerer.core.report",
+    "Rewrite": "lowerer.core.report",
     "LowerPass": "lowerer.ir_pass",
     "ModelCheckOptions": "lowerer.verification.whole",
-    "Progress": "lowerer.progress",
+    "Progress": "lowerer.core.progress",
     "Tolerance": "lowerer.verification.compare",
 }
 

@@ -1,10 +1,10 @@
 """``python -m lowerer`` and the ``lowerer`` command: signal handling first, then the command line.
 
-Nothing heavy is imported before :func:`lowerer.interrupts.install` has run, so an interrupt at
+Nothing heavy is imported before :func:`lowerer.core.interrupts.install` has run, so an interrupt at
 any moment (even while onnx or onnxruntime are being imported) ends in one line and no traceback.
 """
 
-from lowerer import interrupts
+from lowerer.core import interrupts
 
 
 def main() -> None:

@@ -11,17 +11,17 @@ from typing import TYPE_CHECKING, Any, Generic, Protocol, TypeVar, overload
 
 import onnx
 
-from lowerer.errors import InputError, LowererError
-from lowerer.progress import ProgressCallback, notify
-from lowerer.report import Report
+from lowerer.core.errors import InputError, LowererError
+from lowerer.core.progress import ProgressCallback, notify
+from lowerer.core.report import Report
 
 if TYPE_CHECKING:
     import onnx_ir as ir
 
-    from lowerer.input_check import InputCheck
     from lowerer.model_io import HeldWeights
-    from lowerer.options import ConvertOptions
+    from lowerer.model_io.input_check import InputCheck
     from lowerer.passes import State
+    from lowerer.passes.options import ConvertOptions
     from lowerer.verification.whole import ModelCheckOptions
 
 __all__ = ["ConvertResult", "HasIrModel", "convert", "run"]
@@ -101,7 +101,7 @@ def convert(
             path of an .onnx file (external data stays unloaded; paths are checked), or a model
             already read with :func:`lowerer.model_io.load_input` (whose ``model`` is then converted in
             place). Each goes through the same checks
-            (:func:`lowerer.structure.check_structure`, :func:`lowerer.model_io.check_external_data`).
+            (:func:`lowerer.model_io.structure.check_structure`, :func:`lowerer.model_io.check_external_data`).
         target_opset: the default-domain opset to convert to; None keeps the model's.
         decompose: decompositions to apply, a list of names or a comma-separated string,
             case-insensitive: ``hardmax`` and ``globalmaxpool`` (lowerer's exact decompositions), ``all``
@@ -124,7 +124,7 @@ def convert(
             (functions are kept), and check that the optimized model computes what the converted one
             does: a whole-model comparison, steered by the ``ModelCheckOptions`` given here (True:
             ``verify_model``'s options, or the defaults). Needs onnxscript (``lowerer[optimize]``).
-        progress: receives :class:`~lowerer.progress.Progress` updates of the long phases.
+        progress: receives :class:`~lowerer.core.progress.Progress` updates of the long phases.
         max_ulp: the error budget of function-body expansions, in ulp (None: the per-type default of
             :data:`lowerer.verification.compare.EXPANSION_ULPS`; see the README's "Verification").
         exact: accept no difference at all (expansions and computing kernels must be bit-identical on
@@ -141,7 +141,7 @@ def convert(
             (a warning), and accept an unproven placement, instead of refusing.
         ir_version: the IR version to write (None: with a target opset, the lowest its opsets and the
             model's features allow; without one, the model's). A feature the model uses that cannot be
-            expressed at it is refused (see :mod:`lowerer.ir_version`).
+            expressed at it is refused (see :mod:`lowerer.model_io.ir_version`).
         no_loops: refuse the forms that write a node as a loop over its data (ScatterND/ScatterElements
             with a reduction below the version that brought it, indices not a unique constant: a Loop over
             the updates, much slower than the op), in one line naming the node and the lowest opset that
@@ -170,7 +170,7 @@ def convert(
         for rewrite in result.report:
             print(rewrite.node, rewrite.op_type, rewrite.from_version, rewrite.to_opset)
     """
-    from lowerer.options import ConvertOptions
+    from lowerer.passes.options import ConvertOptions
 
     # The options first: a bad one is refused before the model is read.
     options = ConvertOptions.create(target_opset=target_opset, decompose=decompose, verify=verify,
@@ -242,14 +242,14 @@ def _working_copy(model: object, whole: bool
                   ) -> tuple[onnx.ModelProto, bytes | None, Path | None, str, HeldWeights, InputCheck | None]:
     """The copy converted in place, its bytes or None, the source folder, the kind, the weights held back, checks.
 
-    The checks: the input's, running beside the conversion (:mod:`lowerer.input_check`), or None.
+    The checks: the input's, running beside the conversion (:mod:`lowerer.model_io.input_check`), or None.
 
     ``whole``: a pass needs the whole model in memory (a large in-memory model is then refused when
     it cannot be given whole; see :func:`lowerer.model_io.working_copy`).
     """
-    from lowerer.input_check import BESIDE_FROM, InputCheck
     from lowerer.model_io import HeldWeights, InputModel, check_external_data, load_input, working_copy
-    from lowerer.structure import check_structure
+    from lowerer.model_io.input_check import BESIDE_FROM, InputCheck
+    from lowerer.model_io.structure import check_structure
 
     if isinstance(model, (str, os.PathLike, InputModel)):
         loaded = model if isinstance(model, InputModel) else load_input(model, beside=True)
@@ -338,7 +338,7 @@ def _to_ir(proto: onnx.ModelProto) -> ir.Model:
     """The converted model as an onnx_ir model; onnx_ir's errors become :class:`ConversionError`."""
     import onnx_ir as ir
 
-    from lowerer.errors import ConversionError
+    from lowerer.core.errors import ConversionError
 
     try:
         return ir.serde.deserialize_model(proto)

@@ -7,8 +7,8 @@ from typing import Any
 
 import onnx_ir as ir
 
-from lowerer.errors import LowererError
-from lowerer.report import Report
+from lowerer.core.errors import LowererError
+from lowerer.core.report import Report
 
 __all__ = ["LowerPass", "lowerer_error"]
 
@@ -52,7 +52,7 @@ class LowerPass(ir.passes.InPlacePass):
 
     def __init__(self, target_opset: int | None = None, *, decompose: Iterable[str] = (),
                  verify: bool = True, providers: Sequence[str] | None = None, seed: int = 0, **options: Any) -> None:
-        from lowerer.options import ConvertOptions
+        from lowerer.passes.options import ConvertOptions
 
         super().__init__()
         #: Every option, checked once here (the same object :func:`lowerer.convert` builds).

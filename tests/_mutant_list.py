@@ -32,7 +32,7 @@ from _mutants import (
 from _wrong_rules import DropsSelectLast
 from onnx import TensorProto as T
 
-from lowerer import reference
+from lowerer.facts import reference
 from lowerer.rules.hardmax import CoercedAxisRule
 from lowerer.steps.emitter import Emitter
 

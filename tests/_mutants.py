@@ -25,7 +25,7 @@ from onnx import helper, numpy_helper
 import lowerer
 import lowerer.rules as rules
 import lowerer.steps.engine as engine_module
-from lowerer import reference
+from lowerer.facts import reference
 from lowerer.steps.emitter import Emitter, Rule
 
 Post = Callable[[Emitter], None]

@@ -212,7 +212,7 @@ def test_optimize_folds_and_is_checked(tmp_path) -> None:
 
 
 def _count(model: onnx.ModelProto) -> int:
-    from lowerer.optimize import count_nodes
+    from lowerer.passes.optimize import count_nodes
 
     return count_nodes(model)
 
@@ -236,7 +236,7 @@ def test_lower_pass_takes_every_convert_option_checked_once() -> None:
     import onnx_ir as ir
 
     from lowerer import LowerPass
-    from lowerer.errors import InputError
+    from lowerer.core.errors import InputError
 
     with pytest.raises(InputError, match="max_ulp"):
         LowerPass(target_opset=13, max_ulp=-1)  # checked when the pass is made, before any model

@@ -15,8 +15,8 @@ from onnx import TensorProto, helper
 
 import lowerer
 from lowerer.cli import main
+from lowerer.core.report import Rewrite, RewriteStatus
 from lowerer.ir_pass import lowerer_error
-from lowerer.report import Rewrite, RewriteStatus
 from lowerer.verification.compare import Tolerance, statistics
 
 

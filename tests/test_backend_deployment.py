@@ -25,7 +25,7 @@ from onnx import TensorProto, helper
 import lowerer
 from lowerer.backends import deployment, profile
 from lowerer.backends.witnesses import Witness, WitnessError
-from lowerer.errors import VerificationError
+from lowerer.core.errors import VerificationError
 
 ROOT = Path(__file__).resolve().parents[1]
 EXAMPLE = ROOT / "examples" / "example_opset11.onnx"
@@ -153,7 +153,7 @@ def test_a_wrong_profile_entry_fails_on_openvino(tmp_path: Path, monkeypatch: py
     def stripped(spec: object) -> profile.Profile:
         return dataclasses.replace(real(spec), entries=())
 
-    monkeypatch.setattr("lowerer.options.load_profile", stripped, raising=False)
+    monkeypatch.setattr("lowerer.passes.options.load_profile", stripped, raising=False)
     monkeypatch.setattr(profile, "load_profile", stripped)
     with pytest.raises(VerificationError) as e:
         lowerer.convert(onnx.load(EXAMPLE), for_backend="openvino")

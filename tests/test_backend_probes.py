@@ -1,4 +1,4 @@
-"""The probe suite (lowerer.backends.probes) and the measured profiles it wrote.
+"""The probe suite (lowerer.cli.probes) and the measured profiles it wrote.
 
 The suite runs against onnxruntime's CPU provider itself through a witness (always available): every
 probe must be right there, since the reference is the same runtime; a probe whose model is wrong on
@@ -18,8 +18,8 @@ import pytest
 from onnx import helper
 
 from lowerer.backends.probe_models import Probe, base_probes, make_model, ties
-from lowerer.backends.probes import compare, expansion_probes, run_probes
 from lowerer.backends.witnesses import Witness
+from lowerer.cli.probes import compare, expansion_probes, run_probes
 
 MEASURED = Path(__file__).resolve().parent.parent / "lowerer" / "backends" / "measured"
 PROFILES = Path(__file__).resolve().parent.parent / "lowerer" / "backends"
@@ -61,7 +61,7 @@ def _argmax_probe(select_last: int) -> Probe:
 def test_a_wrong_model_is_reported_wrong(monkeypatch: pytest.MonkeyPatch) -> None:
     """The runtime is handed the last-maximum model where the reference runs the first-maximum one."""
     right, wrong = _argmax_probe(0), _argmax_probe(1)
-    from lowerer.backends import probes as module
+    from lowerer.cli import probes as module
 
     real = module.run_batch
 

@@ -27,7 +27,7 @@ from onnx import TensorProto, helper
 import lowerer
 import lowerer.backends.profile as profile_module
 from lowerer.cli import main
-from lowerer.errors import ConversionError, VerificationError
+from lowerer.core.errors import ConversionError, VerificationError
 from lowerer.rules import REGISTRY, topk_forms
 from lowerer.rules.topk_forms import ArgTopKForm, HardmaxTopKForm, ShapeSliceForm
 

@@ -25,7 +25,7 @@ from lowerer.backends.plan import scan
 from lowerer.backends.profile import REWRITES, VersionRange, parse_profile
 from lowerer.backends.proof import NOT_PROVEN, PROVEN
 from lowerer.cli import main
-from lowerer.errors import ConversionError, InputError
+from lowerer.core.errors import ConversionError, InputError
 
 F, D, I64 = TensorProto.FLOAT, TensorProto.DOUBLE, TensorProto.INT64
 BF16 = TensorProto.BFLOAT16
@@ -157,6 +157,7 @@ def _cases() -> list[tuple[str, str, onnx.ModelProto]]:
         ("tensorrt<9.2", "tensorrt<9.2", _hardmax_and_argmax(11)),
         ("tensorrt>=9.2", "tensorrt>=9.2", hardmax_dynamic),
         ("openvino", "openvino", _hardmax_and_argmax(7)),
+        ("openvino-softmax-2d-meaning", "openvino==2026.4", softmax_2d_meaning),
         ("coreml-softmaxes", "coreml", softmaxes),
         ("coreml-argmax", "coreml", _hardmax_and_argmax(13, argmin=False)),
         ("qnn<1.17", "qnn<1.17", _model([helper.make_node("GlobalMaxPool", ["p"], ["g"], name="pool"),
@@ -441,7 +442,7 @@ def test_report_records_backend(tmp_path: Path) -> None:
                                 "--report", str(report)])
     assert done.exit_code == 0, done.output
     data = json.loads(report.read_text())
-    schema = json.loads((Path(lowerer.__file__).parent / "report.schema.json").read_text())
+    schema = json.loads((Path(lowerer.__file__).parent / "core" / "report.schema.json").read_text())
     validate(data, schema)
     assert data["summary"]["backend"]["placement"] == PROVEN
 

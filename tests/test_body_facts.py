@@ -1,6 +1,6 @@
 """Types and ranks inside bodies and of values onnx's inference leaves unknown, proven by lowerer's own facts.
 
-* A Scan or Loop body's inputs (``lowerer.body_shapes.body_input_types``): a scanned slice has the
+* A Scan or Loop body's inputs (``lowerer.facts.body_shapes.body_input_types``): a scanned slice has the
   sequence's dims without the scan axis; a state or loop-carried value the initial value's, where the
   body provably returns them unchanged (else its rank stays unknown and a step that needs it refuses).
 * A model's own subgraph whose values onnx's inference of the whole model leaves without a rank (an
@@ -24,7 +24,7 @@ from _node_cases import classify_case, load_cases
 from onnx import TensorProto, helper, numpy_helper
 
 import lowerer
-from lowerer.errors import ConversionError
+from lowerer.core.errors import ConversionError
 
 F, I64 = TensorProto.FLOAT, TensorProto.INT64
 

@@ -11,9 +11,9 @@ import pytest
 from onnx import TensorProto, helper, numpy_helper
 
 import lowerer
-from lowerer.cleanup import remove_dead
-from lowerer.report import Rewrite
-from lowerer.scopes import used_names
+from lowerer.core.report import Rewrite
+from lowerer.model_io.scopes import used_names
+from lowerer.passes.cleanup import remove_dead
 
 
 def _reshape_model(extra_reader: bool = False, shape_is_input: bool = False) -> onnx.ModelProto:

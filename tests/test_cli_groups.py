@@ -17,8 +17,8 @@ from lowerer.cli.groups import (
     in_order,
     split_list,
 )
-from lowerer.errors import InputError
-from lowerer.options import ConvertOptions
+from lowerer.core.errors import InputError
+from lowerer.passes.options import ConvertOptions
 
 GROUPS = (ConversionArgs, ModelCheckArgs, OutputArgs, VerbosityArgs, VerificationArgs)
 

@@ -96,7 +96,7 @@ def test_kernel_table_is_never_read_in_process(monkeypatch: pytest.MonkeyPatch) 
 
     monkeypatch.setattr(_pybind_state, "get_all_opkernel_def", boom)
     ik.installed_kernels.cache_clear()
-    from lowerer import runtime_gate
+    from lowerer.passes import runtime_gate
 
     runtime_gate._cpu_kernel_defs.cache_clear()
     runtime_gate._cpu_kernels.cache_clear()

@@ -14,7 +14,7 @@ import pytest
 from onnx import TensorProto, helper, numpy_helper
 
 import lowerer
-from lowerer.errors import InputError
+from lowerer.core.errors import InputError
 
 DATA = "weights.bin"
 

@@ -14,7 +14,7 @@ import pytest
 from onnx import TensorProto, helper
 
 import lowerer
-from lowerer.errors import ConversionError
+from lowerer.core.errors import ConversionError
 
 F, I64, B = TensorProto.FLOAT, TensorProto.INT64, TensorProto.BOOL
 _SO = ort.SessionOptions()

@@ -26,8 +26,8 @@ from hypothesis import strategies as st
 from onnx import TensorProto, helper
 
 import lowerer
-from lowerer.errors import ConversionError, InputError, VerificationError
-from lowerer.opsets import MAX_OPSET, since_version
+from lowerer.core.errors import ConversionError, InputError, VerificationError
+from lowerer.core.opsets import MAX_OPSET, since_version
 from lowerer.rules import REGISTRY
 
 DECOMPOSITIONS = REGISTRY.decompositions

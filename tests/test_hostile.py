@@ -37,8 +37,8 @@ import lowerer
 import lowerer.rules as rules
 from lowerer import model_io
 from lowerer.cli import main
-from lowerer.errors import InputError, one_line
-from lowerer.files import Transaction
+from lowerer.core.errors import InputError, one_line
+from lowerer.model_io.files import Transaction
 
 F = TensorProto.FLOAT
 LONG = "x" * 300  # longer than NAME_MAX (255)

@@ -18,7 +18,7 @@ from _convert_helpers import check_model_full, make_model, ort_run, tie_inputs, 
 from onnx import TensorProto, helper, numpy_helper
 
 import lowerer
-from lowerer.errors import ConversionError
+from lowerer.core.errors import ConversionError
 
 F, I64, B = TensorProto.FLOAT, TensorProto.INT64, TensorProto.BOOL
 

@@ -1,4 +1,4 @@
-"""The input's checks beside the conversion (:mod:`lowerer.input_check`): the same outcomes as in the process.
+"""The input's checks beside the conversion (:mod:`lowerer.model_io.input_check`): the same outcomes as in the process.
 
 Every model here is small, so the worker is forced (``BESIDE_FROM`` 0); each case is also run with the
 checks in the process (``LOWERER_NO_WORKER``), and both must agree.
@@ -15,8 +15,8 @@ from onnx import TensorProto as T
 from onnx import helper
 
 import lowerer
-from lowerer import input_check
-from lowerer.errors import ConversionError, InputError
+from lowerer.core.errors import ConversionError, InputError
+from lowerer.model_io import input_check
 
 
 @pytest.fixture(params=["worker", "in-process"])

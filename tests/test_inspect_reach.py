@@ -11,8 +11,8 @@ from _convert_helpers import float_mod_model
 from click.testing import CliRunner
 
 from lowerer.cli import main
-from lowerer.inspection import opset_reach, reachable_opsets
-from lowerer.reach import limit
+from lowerer.cli.inspection import opset_reach, reachable_opsets
+from lowerer.passes.reach import limit
 
 ROOT = Path(__file__).resolve().parent.parent
 EXAMPLE = ROOT / "examples" / "example_opset11.onnx"
@@ -113,7 +113,7 @@ def _converted(tmp_path: Path, args: list[str]) -> tuple[int, dict, str]:
 
 
 def _groups(rewrites: list[dict]) -> list[tuple[str, int, str, int]]:
-    from lowerer.inspection import group_rewrites
+    from lowerer.cli.inspection import group_rewrites
 
     return sorted((g["op_type"], g["from_version"], g["rule"], g["count"]) for g in group_rewrites(rewrites))
 

@@ -13,8 +13,8 @@ from onnx import TensorProto, helper, numpy_helper
 
 import lowerer
 from lowerer.cli import main
-from lowerer.errors import ConversionError, InputError
-from lowerer.ir_version import needed_features
+from lowerer.core.errors import ConversionError, InputError
+from lowerer.model_io.ir_version import needed_features
 
 EXAMPLE = Path(__file__).resolve().parents[1] / "examples" / "example_opset11.onnx"
 F = TensorProto.FLOAT

@@ -18,11 +18,11 @@ from onnx import helper, numpy_helper
 
 import lowerer
 from lowerer.cli import main
-from lowerer.errors import ConversionError
+from lowerer.core.errors import ConversionError
 from lowerer.rules import REGISTRY
 from lowerer.rules.scatter import LOOP_OVER_UPDATES
 
-_SCHEMA = Path(lowerer.__file__).parent / "report.schema.json"
+_SCHEMA = Path(lowerer.__file__).parent / "core" / "report.schema.json"
 
 
 def gnn(nodes: int = 10, edges: int = 30, feat: int = 16, constant_dst: np.ndarray | None = None) -> onnx.ModelProto:

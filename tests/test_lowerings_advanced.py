@@ -20,7 +20,7 @@ from _convert_helpers import make_model, ort_run, tie_inputs
 from onnx import TensorProto, helper, numpy_helper
 
 import lowerer
-from lowerer.errors import ConversionError
+from lowerer.core.errors import ConversionError
 from lowerer.verification.compare import EXPANSION_ULPS
 
 F32 = np.dtype(np.float32)

@@ -15,7 +15,7 @@ from onnx import TensorProto as T
 from onnx import helper, numpy_helper
 
 import lowerer
-from lowerer.errors import ConversionError
+from lowerer.core.errors import ConversionError
 from tests._convert_helpers import check_model_full, make_model, ort_run, value_info
 
 RNG = np.random.default_rng(17)

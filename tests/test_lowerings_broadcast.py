@@ -14,7 +14,7 @@ from _convert_helpers import make_model, run_model, value_info
 from onnx import TensorProto, helper, numpy_helper
 
 import lowerer
-from lowerer.errors import ConversionError
+from lowerer.core.errors import ConversionError
 
 RNG = np.random.default_rng(23)
 SPECIALS = np.array([np.inf, -np.inf, -0.0, 0.0, np.nan, 1.0, -2.0], dtype=np.float32)
@@ -31,7 +31,10 @@ def _values(shape: list[int], dtype: np.dtype) -> np.ndarray:
 def _same(model: onnx.ModelProto, target: int, feeds: dict[str, np.ndarray], zero_sign: bool = True
           ) -> onnx.ModelProto:
     converted = lowerer.convert(model, target_opset=target, verify=True)
-    assert all(r.status == "verified" for r in converted.report.rewrites), converted.report.rewrites
+    # reference-only: a side onnxruntime cannot run (Where-16 on bool below its CPU kernel's types) was judged by
+    # lowerer's numpy reference alone; the outputs are compared in onnxruntime below where it runs them
+    assert all(r.status in ("verified", "reference-only") for r in converted.report.rewrites), \
+        converted.report.rewrites
     onnx.checker.check_model(converted.model, full_check=True)
     _, got = run_model(converted.model, [feeds])
     _, want = run_model(model, [feeds])

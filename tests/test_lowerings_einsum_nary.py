@@ -14,7 +14,7 @@ import pytest
 from test_lowerings_advanced import F32_BUDGET, _check_same, _einsum_model, _feeds, _ops
 
 import lowerer
-from lowerer.errors import ConversionError
+from lowerer.core.errors import ConversionError
 from lowerer.steps.registry import REGISTRY
 
 NARY_CASES = [

@@ -20,8 +20,8 @@ from _convert_helpers import make_model, ort_run, tie_inputs
 from onnx import TensorProto, helper
 
 import lowerer
-from lowerer.errors import ConversionError
-from lowerer.opsets import default_opset
+from lowerer.core.errors import ConversionError
+from lowerer.core.opsets import default_opset
 from lowerer.rules import REGISTRY
 from lowerer.verification.compare import EXPANSION_ULPS
 

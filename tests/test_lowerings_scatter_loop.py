@@ -18,7 +18,7 @@ from _convert_helpers import make_model, ort_run, tie_inputs
 from onnx import TensorProto, helper, numpy_helper
 
 import lowerer
-from lowerer.errors import ConversionError
+from lowerer.core.errors import ConversionError
 from lowerer.verification.compare import EXPANSION_ULPS
 
 _ELEM = {np.dtype(np.float32): TensorProto.FLOAT, np.dtype(np.float64): TensorProto.DOUBLE,

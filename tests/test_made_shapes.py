@@ -1,4 +1,4 @@
-"""Symbolic dims of values a conversion made (``lowerer.made_shapes``), and what they buy.
+"""Symbolic dims of values a conversion made (``lowerer.facts.made_shapes``), and what they buy.
 
 Each rule names a dynamic dim only where it provably equals that named dim; a wrong name would let
 a Reshape below 14 drop its empty-input guard, so the conversions at the end are run on empty inputs
@@ -16,7 +16,7 @@ from _compare import compare, ort_session
 from onnx import TensorProto, helper, numpy_helper
 
 import lowerer
-from lowerer.made_shapes import made_symbols
+from lowerer.facts.made_shapes import made_symbols
 from lowerer.verification.compare import EXPANSION_ULPS
 
 SYMBOLS: dict[str, list[Any]] = {"x": ["N", 8, 4, 4], "m": ["N", 2, 1], "one": [1, 8, 1], "idx": ["B", "S"],

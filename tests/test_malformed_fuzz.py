@@ -4,7 +4,7 @@ Valid small models (Split with constant sizes, ArgMax, Hardmax, Reshape with a c
 with subgraphs, a model-local function, and examples/example_opset11.onnx) are mutated (inputs
 dropped or renamed, raw_data lengths, dims and data types corrupted, attribute types swapped,
 subgraph outputs deleted, duplicate and dangling names, bad opset imports). Every surface must
-return a result or fail with a :class:`lowerer.errors.LowererError` (the CLI: exit 1 or 2, one
+return a result or fail with a :class:`lowerer.core.errors.LowererError` (the CLI: exit 1 or 2, one
 ``lowerer: error:`` line, not an internal error), write nothing on failure, and finish within a
 deadline.
 
@@ -30,7 +30,7 @@ from onnx import TensorProto, helper, numpy_helper
 
 import lowerer
 from lowerer.cli import main
-from lowerer.errors import LowererError
+from lowerer.core.errors import LowererError
 
 _LONG = int(os.environ.get("LOWERER_MALFORMED_EXAMPLES", "0") or 0)
 _SETTINGS = settings(

@@ -14,7 +14,7 @@ from _convert_helpers import make_model, value_info
 from onnx import TensorProto, helper, numpy_helper
 
 import lowerer
-from lowerer.errors import InputError
+from lowerer.core.errors import InputError
 from lowerer.model_io import HELD_LOCATION, working_copy
 
 F = TensorProto.FLOAT

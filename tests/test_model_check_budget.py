@@ -23,8 +23,8 @@ from onnx import helper, numpy_helper
 
 import lowerer
 from lowerer.cli import main
-from lowerer.errors import VerificationError
-from lowerer.report import Rewrite
+from lowerer.core.errors import VerificationError
+from lowerer.core.report import Rewrite
 from lowerer.steps.expansion import EXPANSION_RULE
 from lowerer.verification.compare import OutputStats
 from lowerer.verification.propagated import ModelBudget, model_budget
@@ -41,7 +41,7 @@ def _invoke(args: list[str]) -> tuple[int, str, str]:
 
 
 def _schema() -> dict:
-    return json.loads(resources.files("lowerer").joinpath("report.schema.json").read_text(encoding="utf-8"))
+    return json.loads(resources.files("lowerer.core").joinpath("report.schema.json").read_text(encoding="utf-8"))
 
 
 def _rewrite(op: str, rule: str = "relabel") -> Rewrite:

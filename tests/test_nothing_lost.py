@@ -9,7 +9,7 @@ import pytest
 from onnx import TensorProto, helper, numpy_helper
 
 import lowerer
-from lowerer.ir_version import choose, lowest_for_opsets
+from lowerer.model_io.ir_version import choose, lowest_for_opsets
 
 F, I64 = TensorProto.FLOAT, TensorProto.INT64
 _SO = ort.SessionOptions()

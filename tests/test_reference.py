@@ -1,4 +1,4 @@
-"""lowerer.reference against onnxruntime wherever onnxruntime runs the op, plus the flatten meaning by hand."""
+"""lowerer.facts.reference against onnxruntime wherever onnxruntime runs the op, plus the flatten meaning by hand."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ import pytest
 from onnx import TensorProto as T
 from onnx import helper, numpy_helper
 
-from lowerer import reference
+from lowerer.facts import reference
 
 _SO = ort.SessionOptions()
 _SO.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL

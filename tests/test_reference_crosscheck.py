@@ -1,6 +1,6 @@
 """lowerer's numpy reference cross-checked: every op and version it implements, against onnxruntime and onnx.reference.
 
-For each (op, since-version) of ``lowerer.reference`` (its ``_VERSIONS``), generated one-node cases (ranks,
+For each (op, since-version) of ``lowerer.facts.reference`` (its ``_VERSIONS``), generated one-node cases (ranks,
 axes, dtypes, attributes; tie-heavy values, ±inf, ±0, NaN) run through the reference, onnxruntime's CPU
 provider (where it has the op at that version: opset >= 7, and a kernel for the type) and
 ``onnx.reference``. Outputs must agree bit for bit (NaN equal to NaN, +0 and -0 apart) — Softmax and
@@ -24,7 +24,7 @@ from onnx import TensorProto as T
 from onnx import helper, numpy_helper
 from onnx.reference import ReferenceEvaluator
 
-from lowerer import reference
+from lowerer.facts import reference
 
 _SO = ort.SessionOptions()
 _SO.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL

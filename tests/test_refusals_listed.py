@@ -15,9 +15,9 @@ from onnx import TensorProto, helper
 import lowerer
 from lowerer.cli import main
 from lowerer.cli.output import print_convert_summary, short_reason
-from lowerer.errors import ConversionError
-from lowerer.remedies import ends_with_remedy
-from lowerer.report import Report, Rewrite
+from lowerer.core.errors import ConversionError
+from lowerer.core.remedies import ends_with_remedy
+from lowerer.core.report import Report, Rewrite
 
 F = TensorProto.FLOAT
 
@@ -72,7 +72,7 @@ def test_the_report_is_written_on_a_refusal(tmp_path: Path) -> None:
 
     from _json_schema import validate
 
-    schema = json.loads(resources.files("lowerer").joinpath("report.schema.json").read_text(encoding="utf-8"))
+    schema = json.loads(resources.files("lowerer.core").joinpath("report.schema.json").read_text(encoding="utf-8"))
     assert validate(data, schema) == []
 
 

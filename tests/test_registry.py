@@ -13,8 +13,8 @@ from _node_cases import load_cases, source_opset
 
 import lowerer
 import lowerer.rules
-from lowerer.errors import LowererError
-from lowerer.opsets import since_version
+from lowerer.core.errors import LowererError
+from lowerer.core.opsets import since_version
 from lowerer.rules import REGISTRY
 from lowerer.steps.changes import Semantics
 from lowerer.steps.registry import DOWN, UP, history, step_ends

@@ -18,8 +18,8 @@ from _mutants import one_node, replace_span
 from onnx import TensorProto, helper
 
 import lowerer
-from lowerer import relabels
-from lowerer.errors import VerificationError
+from lowerer.core.errors import VerificationError
+from lowerer.passes import relabels
 from lowerer.steps.engine import StepEngine
 
 F = TensorProto.FLOAT

@@ -91,8 +91,8 @@ def test_real_opset_23_export_for_1_15_reaches_an_opset_the_table_runs() -> None
     assert table is not None
     opset = result.model.opset_import[0].version
     assert opset <= 19
-    from lowerer.opsets import since_version
-    from lowerer.scopes import walk_nodes
+    from lowerer.core.opsets import since_version
+    from lowerer.model_io.scopes import walk_nodes
 
     for node in walk_nodes(result.model):
         if node.domain in ("", "ai.onnx"):

@@ -2,7 +2,7 @@
 
 The refusals walked are those of onnx's node cases (a sample, converted to opsets 7, 9 and 11) and of
 the refusal tables of other test files (run here with :func:`lowerer.convert` recording what it
-raises); each must end with a phrase of :data:`lowerer.remedies.REMEDY`. The three refusals the issue
+raises); each must end with a phrase of :data:`lowerer.core.remedies.REMEDY`. The three refusals the issue
 names are checked word for word, and each remedy is checked to be true: the opset it names converts.
 """
 
@@ -19,9 +19,9 @@ from _node_cases import load_cases, source_opset
 from onnx import TensorProto, helper, numpy_helper
 
 import lowerer
-from lowerer import remedies
-from lowerer.errors import ConversionError, LowererError
-from lowerer.scopes import has_subgraphs
+from lowerer.core import remedies
+from lowerer.core.errors import ConversionError, LowererError
+from lowerer.model_io.scopes import has_subgraphs
 
 F, I64 = TensorProto.FLOAT, TensorProto.INT64
 TESTS = Path(__file__).resolve().parent

@@ -16,13 +16,13 @@ from onnx import helper
 
 import lowerer
 from lowerer.cli import main
-from lowerer.report import SCHEMA_VERSION, Report, Rewrite
+from lowerer.core.report import SCHEMA_VERSION, Report, Rewrite
 
 EXAMPLE = Path(__file__).resolve().parent.parent / "examples" / "example_opset11.onnx"
 
 
 def schema() -> dict:
-    text = resources.files("lowerer").joinpath("report.schema.json").read_text(encoding="utf-8")
+    text = resources.files("lowerer.core").joinpath("report.schema.json").read_text(encoding="utf-8")
     return json.loads(text)
 
 
@@ -98,5 +98,5 @@ def test_serialization_keeps_fields_added_to_rewrite() -> None:
 
 def test_schema_ships_with_the_package() -> None:
     text = (Path(__file__).resolve().parent.parent / "pyproject.toml").read_text()
-    section = text.split("[tool.setuptools.package-data]", 1)[1].strip().splitlines()[0]
-    assert section.startswith("lowerer = ") and '"report.schema.json"' in section
+    section = text.split("[tool.setuptools.package-data]", 1)[1].strip().splitlines()
+    assert '"lowerer.core" = ["report.schema.json"]' in section

@@ -17,8 +17,8 @@ from onnx import TensorProto, helper
 from test_fuzz import _PROFILE, BF16, F16, Case, _allowed_refusal, _run, build, cases, expected, feeds
 
 import lowerer
-from lowerer.errors import ConversionError, InputError
-from lowerer.opsets import MAX_OPSET
+from lowerer.core.errors import ConversionError, InputError
+from lowerer.core.opsets import MAX_OPSET
 
 F, I64 = TensorProto.FLOAT, TensorProto.INT64
 

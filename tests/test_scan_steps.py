@@ -19,8 +19,8 @@ from _convert_helpers import check_model_full, make_model, ort_run, tie_inputs, 
 from onnx import TensorProto, helper, numpy_helper
 
 import lowerer
-from lowerer.errors import ConversionError
-from lowerer.reach import NodeReach
+from lowerer.core.errors import ConversionError
+from lowerer.passes.reach import NodeReach
 
 F, I64 = TensorProto.FLOAT, TensorProto.INT64
 

@@ -1,12 +1,12 @@
-"""The subgraph walker of lowerer.scopes: every graph and node found once, in document order."""
+"""The subgraph walker of lowerer.model_io.scopes: every graph and node found once, in document order."""
 
 from __future__ import annotations
 
 import onnx
 from onnx import TensorProto, helper
 
-from lowerer.naming import NameGenerator, node_label
-from lowerer.scopes import model_graphs, node_graphs, walk_graphs, walk_nodes
+from lowerer.model_io.naming import NameGenerator, node_label
+from lowerer.model_io.scopes import model_graphs, node_graphs, walk_graphs, walk_nodes
 
 
 def _body(name: str, *nodes: onnx.NodeProto) -> onnx.GraphProto:

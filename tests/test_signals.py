@@ -1,6 +1,6 @@
 """Issue 11, case 8: SIGINT, SIGTERM and SIGHUP at any moment of ``lowerer convert``.
 
-The promise (lowerer/interrupts.py, README "What lowerer guarantees about files"): exit 128 + the
+The promise (lowerer/core/interrupts.py, README "What lowerer guarantees about files"): exit 128 + the
 signal (130 SIGINT, 143 SIGTERM, 129 SIGHUP), one ``lowerer: error: interrupted by ...`` line, no
 traceback, and every temporary file, file and folder the run created removed, unless the signal came
 while the outputs were being renamed into place: it then waits for them all, and the line names them.
@@ -58,7 +58,7 @@ def _assert_interrupted(proc: subprocess.CompletedProcess[str], signum: int) -> 
 #: Raise the signal at one exact point, then run the command line as ``python -m lowerer`` does.
 _DRIVER = textwrap.dedent("""
     import os, signal, sys
-    from lowerer import interrupts
+    from lowerer.core import interrupts
     interrupts.install()
     phase, sig = sys.argv[1], getattr(signal, sys.argv[2])
     del sys.argv[1:3]
@@ -71,7 +71,7 @@ _DRIVER = textwrap.dedent("""
                 return None
         sys.meta_path.insert(0, Finder())
     else:
-        import lowerer.files as files
+        import lowerer.model_io.files as files
         import lowerer.model_io as model_io
         if phase == "copy":  # halfway through copying the data file beside the output
             real_copy = model_io.writing._copy_range
@@ -216,7 +216,7 @@ def test_real_process_signalled_after_delays(source: Path, tmp_path: Path, signa
 
 def test_library_use_keeps_its_own_handlers() -> None:
     """Importing lowerer in another program (here pytest) installs no handler, and a held signal is raised again."""
-    from lowerer import interrupts
+    from lowerer.core import interrupts
 
     assert not interrupts.started_as_command()
     before = signal.getsignal(signal.SIGINT)

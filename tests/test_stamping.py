@@ -20,7 +20,7 @@ import pytest
 from onnx import helper
 
 import lowerer
-from lowerer.errors import LowererError
+from lowerer.core.errors import LowererError
 from lowerer.steps.engine import Conversion, StepEngine
 from lowerer.steps.stamping import canonical
 

@@ -20,8 +20,8 @@ from lowerer.backends.loads import parse_loads
 from lowerer.backends.plan import scan
 from lowerer.backends.profile import load_rows
 from lowerer.cli import main
-from lowerer.errors import ConversionError, InputError
-from lowerer.opsets import since_version
+from lowerer.core.errors import ConversionError, InputError
+from lowerer.core.opsets import since_version
 
 F = TensorProto.FLOAT
 
@@ -181,7 +181,7 @@ def test_every_row_source_names_a_repository_and_revision_or_none_found(name: st
     for row in load_rows(name):
         if row.source.startswith("none found: "):
             assert not row.confirmed and len(row.source) > len("none found: ") + 20
-        elif row.source.startswith("measured: "):  # a probe run (lowerer.backends.probes) on the release itself
+        elif row.source.startswith("measured: "):  # a probe run (lowerer.cli.probes) on the release itself
             cited = re.match(r"measured: (lowerer/backends/measured/[\w.+-]+\.json) \((\d{4}-\d\d-\d\d), ", row.source)
             assert cited and (Path(__file__).resolve().parent.parent / cited.group(1)).is_file(), row.source
         else:

@@ -16,7 +16,7 @@ from _convert_helpers import check_model_full, make_model, ort_run, tie_inputs, 
 from onnx import TensorProto, helper
 
 import lowerer
-from lowerer.errors import ConversionError
+from lowerer.core.errors import ConversionError
 
 F = TensorProto.FLOAT
 

@@ -16,7 +16,7 @@ from onnx import helper
 import lowerer
 import lowerer.rules as rules
 from lowerer.cli import main
-from lowerer.report import Rewrite
+from lowerer.core.report import Rewrite
 from lowerer.steps.emitter import Emitter, Rule
 from lowerer.verification import make_verifier
 from lowerer.verification import providers as prov
@@ -154,7 +154,7 @@ def test_identical_rewrites_are_checked_once() -> None:
 
 
 def test_progress_callback() -> None:
-    from lowerer.progress import Progress
+    from lowerer.core.progress import Progress
 
     seen: list[Progress] = []
     lowerer.convert(many_nodes(5), target_opset=11, progress=seen.append)
@@ -385,7 +385,7 @@ def test_cpu_fallback_is_reported(tmp_path: Path) -> None:
 
 def test_progress_counter_only_on_a_terminal(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture) -> None:
     from lowerer.cli import output as cli_output
-    from lowerer.progress import Progress
+    from lowerer.core.progress import Progress
 
     quiet = cli_output.TerminalProgress()
     assert not quiet.enabled  # pytest's stderr is not a terminal

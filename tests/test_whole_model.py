@@ -21,7 +21,7 @@ from onnx import helper, numpy_helper
 
 import lowerer
 from lowerer.cli import main
-from lowerer.errors import InputError
+from lowerer.core.errors import InputError
 from lowerer.verification.compare import Tolerance, compare, statistics
 from lowerer.verification.feeds import find_index_uses, load_sets, model_inputs
 from lowerer.verification.whole import ModelCheckOptions, ModelSource, compare_models

@@ -13,7 +13,7 @@ from _convert_helpers import check_model_full, make_model, ort_run, value_info
 from onnx import TensorProto, helper, numpy_helper
 
 import lowerer
-from lowerer.errors import ConversionError
+from lowerer.core.errors import ConversionError
 
 
 def _same(model: onnx.ModelProto, target: int, feeds: list[dict[str, np.ndarray]]) -> onnx.ModelProto:

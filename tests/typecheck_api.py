@@ -13,7 +13,7 @@ import onnx_ir as ir
 from typing_extensions import assert_type
 
 import lowerer
-from lowerer.report import Rewrite
+from lowerer.core.report import Rewrite
 
 
 class Program:

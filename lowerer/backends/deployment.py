@@ -32,8 +32,8 @@ import onnx
 
 from lowerer.backends.profile import Profile, VersionRange
 from lowerer.backends.witnesses import WITNESSES_FOR, Witness, WitnessError, find_witness, release_of
-from lowerer.errors import VerificationError
-from lowerer.report import Report
+from lowerer.core.errors import VerificationError
+from lowerer.core.report import Report
 from lowerer.verification.compare import OutputStats, Tolerance, output_scale, statistics
 from lowerer.verification.feeds import FeedSet, generate_sets, merge_specs, model_inputs
 from lowerer.verification.providers import CPU
@@ -294,7 +294,7 @@ def _locate(converted: onnx.ModelProto, witness: Witness, sets: list[FeedSet], b
 
 def _node_label(model: onnx.ModelProto, node: onnx.NodeProto) -> str:
     """``'name' (Op-v)``: the node and its op's since-version at the model's opset."""
-    from lowerer.opsets import default_opset, is_default_domain, since_version
+    from lowerer.core.opsets import default_opset, is_default_domain, since_version
 
     opset = default_opset(model.opset_import)
     version = since_version(node.op_type, opset) if is_default_domain(node.domain) and opset is not None else None

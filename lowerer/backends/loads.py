@@ -19,7 +19,7 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
-from lowerer.errors import InputError
+from lowerer.core.errors import InputError
 
 __all__ = ["Loads", "loads_for", "parse_loads"]
 

@@ -19,8 +19,8 @@ import onnx
 from lowerer.backends.plan import BackendPlan, Finding, Kept, scan
 from lowerer.backends.profile import Profile, load_profile
 from lowerer.backends.proof import FAILED, NOT_PROVEN, PROVEN, Placement, prove_placement
-from lowerer.errors import ConversionError, InputError
-from lowerer.report import Report
+from lowerer.core.errors import ConversionError, InputError
+from lowerer.core.report import Report
 from lowerer.steps.registry import PICKED
 
 __all__ = ["PICKED", "backend_record", "check_loads", "finish", "make_plan", "prove", "refusal"]
@@ -87,7 +87,7 @@ def check_loads(model: onnx.ModelProto, profile: Profile) -> None:
     Raises:
         ConversionError: naming the limit, its source, and what would work.
     """
-    from lowerer.opsets import default_opset
+    from lowerer.core.opsets import default_opset
 
     loads = profile.loads
     if loads is None:
@@ -109,7 +109,7 @@ def check_loads(model: onnx.ModelProto, profile: Profile) -> None:
 def _ir_remedy(model: onnx.ModelProto, profile: Profile) -> str:
     """Why the output needs its IR version, and what would work."""
     from lowerer.backends.profile import load_rows
-    from lowerer.ir_version import lowest_for_opsets, needed_features
+    from lowerer.model_io.ir_version import lowest_for_opsets, needed_features
 
     assert profile.loads is not None
     limit = profile.loads.max_ir or 0
@@ -127,7 +127,7 @@ def _ir_remedy(model: onnx.ModelProto, profile: Profile) -> str:
 
 def _newer(node: onnx.NodeProto, opset: int, limit: int) -> bool:
     """Whether ``node``'s op-version at ``opset`` is newer than opset ``limit`` has."""
-    from lowerer.opsets import is_default_domain, since_version
+    from lowerer.core.opsets import is_default_domain, since_version
 
     if not is_default_domain(node.domain):
         return False
@@ -172,10 +172,10 @@ def prove(model: onnx.ModelProto, plan: BackendPlan, report: Report, data_dir: o
     """
     import os
 
-    from lowerer.errors import VerificationError
+    from lowerer.core.errors import VerificationError
+    from lowerer.core.opsets import default_opset
     from lowerer.model_io import external_data_locations
-    from lowerer.opsets import default_opset
-    from lowerer.ort_support import MIN_ORT_OPSET, max_ort_opset
+    from lowerer.verification.ort_support import MIN_ORT_OPSET, max_ort_opset
 
     provider = plan.profile.provider
     opset = default_opset(model.opset_import)

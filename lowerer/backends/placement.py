@@ -175,7 +175,7 @@ def classify(model: onnx.ModelProto, placed: Iterable[Assigned] | None, provider
             called kernel-less).
         rejected: node name -> why, for nodes the backend's profile names (a kernel that refuses them).
     """
-    from lowerer.opsets import default_opset, since_version
+    from lowerer.core.opsets import default_opset, since_version
 
     opset = default_opset(model.opset_import) or 1
     by_name = {n.name: n for n in model.graph.node if n.name}

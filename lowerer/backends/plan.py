@@ -17,9 +17,9 @@ from dataclasses import dataclass, field
 import onnx
 
 from lowerer.backends.profile import Entry, Profile
-from lowerer.errors import ConversionError
-from lowerer.opsets import since_version
-from lowerer.scopes import Scope, iter_scopes
+from lowerer.core.errors import ConversionError
+from lowerer.core.opsets import since_version
+from lowerer.model_io.scopes import Scope, iter_scopes
 from lowerer.steps.engine import Pick
 
 __all__ = ["BackendPlan", "Finding", "Kept", "scan"]
@@ -114,9 +114,9 @@ def _index(scope: Scope, node: onnx.NodeProto) -> int:
 
 def scan(model: onnx.ModelProto, profile: Profile) -> list[Finding]:
     """Every node of ``model`` (all scopes, subgraphs and functions included) that ``profile`` names."""
-    from lowerer.constants import ConstantIndex
     from lowerer.facts import Facts
-    from lowerer.shapes import ShapeIndex
+    from lowerer.facts.constants import ConstantIndex
+    from lowerer.facts.shapes import ShapeIndex
 
     if not profile.entries:
         return []

@@ -1,4 +1,4 @@
-"""The probes of :mod:`lowerer.backends.probes`: small models, each with inputs chosen to expose a runtime.
+"""The probes of :mod:`lowerer.cli.probes`: small models, each with inputs chosen to expose a runtime.
 
 Each :class:`Probe` is one op-version (or one form lowerer writes) in one model of a single node or a
 few, with inputs that tell a right kernel from a near miss: ties of every multiplicity (small

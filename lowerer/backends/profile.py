@@ -29,7 +29,7 @@ import onnx
 
 from lowerer.backends.loads import Loads, loads_for, parse_loads
 from lowerer.backends.witnesses import RUNTIMES, WITNESSES_FOR, installed_release
-from lowerer.errors import InputError
+from lowerer.core.errors import InputError
 
 if TYPE_CHECKING:
     from lowerer.facts import Facts

@@ -60,7 +60,7 @@ def release_table(release: str, provider: str) -> ReleaseTable | None:
 
 
 def _default_ops(model: onnx.ModelProto) -> frozenset[str]:
-    from lowerer.scopes import walk_nodes
+    from lowerer.model_io.scopes import walk_nodes
 
     return frozenset(n.op_type for n in walk_nodes(model) if n.domain in ("", "ai.onnx"))
 
@@ -74,7 +74,7 @@ def kernel_opset(ops: Iterable[str], ceiling: int, table: ReleaseTable, floor: i
     Returns:
         The opset, and the ops with no kernel at ``ceiling`` that decided it (empty: ``ceiling`` itself).
     """
-    from lowerer.opsets import since_version
+    from lowerer.core.opsets import since_version
 
     wanted = sorted(set(ops))
     blockers: list[str] = []

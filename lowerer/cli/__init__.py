@@ -2,8 +2,10 @@
 
 The click group :func:`main` is here; each command has its module (:mod:`lowerer.cli.convert`,
 :mod:`lowerer.cli.inspect`, :mod:`lowerer.cli.verify`, :mod:`lowerer.cli.targets`), its options come
-from the argument groups of :mod:`lowerer.cli.groups`. Heavy modules (onnx, onnxruntime, numpy) are imported inside the
-commands so that ``lowerer --help`` answers at once.
+from the argument groups of :mod:`lowerer.cli.groups`; :mod:`.inspection` is what ``inspect`` reports and
+:mod:`.probes` the probe suite that measures a backend's runtime (``python -m lowerer.cli.probes``). Heavy
+modules (onnx, onnxruntime, numpy) are imported inside the commands so that ``lowerer --help`` answers at once.
+The top layer: it may import everything.
 """
 
 from __future__ import annotations

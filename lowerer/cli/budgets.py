@@ -16,7 +16,7 @@ from collections import Counter
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from lowerer.errors import InputError
+from lowerer.core.errors import InputError
 
 if TYPE_CHECKING:
     import onnx
@@ -117,7 +117,7 @@ def from_report(path: Path) -> ModelBudget:
     Raises:
         InputError: the file cannot be read, or is not a lowerer report.
     """
-    from lowerer.report import Crossing, Rewrite
+    from lowerer.core.report import Crossing, Rewrite
     from lowerer.verification.propagated import model_budget
 
     try:

@@ -22,16 +22,16 @@ from lowerer.cli.groups import (
 from lowerer.cli.output import TerminalProgress, print_convert_summary
 from lowerer.cli.verbosity import verbosity
 from lowerer.cli.written_paths import check_written_path
-from lowerer.errors import one_line
-from lowerer.progress import Progress
+from lowerer.core.errors import one_line
+from lowerer.core.progress import Progress
 
 if TYPE_CHECKING:
     import onnx
 
-    from lowerer.errors import ConversionError
+    from lowerer.core.errors import ConversionError
+    from lowerer.core.report import Report
     from lowerer.model_io import InputModel, OutputPlan
-    from lowerer.options import ConvertOptions
-    from lowerer.report import Report
+    from lowerer.passes.options import ConvertOptions
 
 __all__ = ["convert"]
 
@@ -56,7 +56,7 @@ def convert(input_path: Path, **values: Any) -> None:
     verification (exit 1); an existing OUT.onnx is then left untouched.
     """
     from lowerer.model_io import load_input, plan_outputs
-    from lowerer.options import ConvertOptions
+    from lowerer.passes.options import ConvertOptions
 
     # Options, then the input, then every output path: all checked before any work.
     api = ConversionArgs.parse(values)
@@ -94,9 +94,9 @@ def _convert_and_write(source: InputModel, plan: OutputPlan, options: ConvertOpt
     import onnx
 
     from lowerer.api import run
-    from lowerer.errors import ConversionError, VerificationError
+    from lowerer.core.errors import ConversionError, VerificationError
+    from lowerer.core.opsets import default_opset
     from lowerer.model_io import write_outputs
-    from lowerer.opsets import default_opset
 
     progress = TerminalProgress()
     command = ["lowerer", *sys.argv[1:]]
@@ -128,8 +128,8 @@ def _convert_and_write(source: InputModel, plan: OutputPlan, options: ConvertOpt
 
 def _refusal_report(error: ConversionError, source_opset: int | None, options: ConvertOptions) -> Report:
     """The report of a refused conversion: every node that cannot be converted (``summary.refused``), nothing else."""
-    from lowerer.reach import limit
-    from lowerer.report import Report
+    from lowerer.core.report import Report
+    from lowerer.passes.reach import limit
 
     target = options.target_for(source_opset)
     refused = list(error.refused)

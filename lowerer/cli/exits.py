@@ -1,7 +1,7 @@
 """How a ``lowerer`` command ends: one ``lowerer: error:`` line and the documented exit code.
 
 Exit codes: 0 success, 1 verification failed, 2 bad input or usage (from
-:attr:`lowerer.errors.LowererError.exit_code` and click), 3 internal error, 130 interrupted,
+:attr:`lowerer.core.errors.LowererError.exit_code` and click), 3 internal error, 130 interrupted,
 141 output pipe closed.
 """
 
@@ -14,7 +14,7 @@ from typing import Any, NoReturn
 
 import click
 
-from lowerer.errors import LowererError, one_line
+from lowerer.core.errors import LowererError, one_line
 
 __all__ = ["EXIT_BROKEN_PIPE", "EXIT_INTERNAL", "exit_on_broken_pipe", "fail", "guard"]
 

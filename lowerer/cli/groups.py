@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any, ClassVar, TypeVar
 import click
 
 from lowerer.cli.verbosity import count_flag
-from lowerer.errors import InputError
+from lowerer.core.errors import InputError
 
 if TYPE_CHECKING:
     from lowerer.verification.whole import ModelCheckOptions
@@ -142,7 +142,7 @@ class ConversionArgs(ArgGroup):
     def parse(cls, values: dict[str, Any]) -> dict[str, Any]:
         """The API's ``target_opset``, ``decompose``, ``for_backend``, ``allow_fallback``, ``ir_version``, ``no_loops``.
 
-        Their values are checked once, by :meth:`lowerer.options.ConvertOptions.create`, which the command
+        Their values are checked once, by :meth:`lowerer.passes.options.ConvertOptions.create`, which the command
         calls before it reads the model; here only what is a matter of the command line.
 
         Raises:

@@ -15,11 +15,11 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
-from lowerer.progress import Progress
-from lowerer.report import STATUSES
+from lowerer.core.progress import Progress
+from lowerer.core.report import STATUSES
 
 if TYPE_CHECKING:
-    from lowerer.report import Report
+    from lowerer.core.report import Report
 
 __all__ = ["TerminalProgress", "change_rows", "describe_changes", "informational_warning", "model_check_table",
            "print_convert_summary", "short_reason"]
@@ -55,7 +55,7 @@ def describe_changes(report: Report) -> str:
 def change_rows(report: Report) -> list[str]:
     """One row per change (``  2 x Softmax 11 -> 13 coerced axis``), most frequent first.
 
-    A row names the op, its versions and how it changed (:attr:`lowerer.report.Rewrite.change`; the report
+    A row names the op, its versions and how it changed (:attr:`lowerer.core.report.Rewrite.change`; the report
     keeps the entry ids in ``rule``). Where the rows' checks differ, each row not wholly verified ends with
     its counts (``(1 unverified)``); the first line of the summary gives the totals.
     """
@@ -222,7 +222,7 @@ def model_check_table(outputs: Sequence[Mapping[str, Any]], names: tuple[str, st
 
 
 class TerminalProgress:
-    """Draws :class:`~lowerer.progress.Progress` on one line of stderr; silent unless stderr is a terminal.
+    """Draws :class:`~lowerer.core.progress.Progress` on one line of stderr; silent unless stderr is a terminal.
 
     Nothing is drawn during the first ``delay`` seconds (short runs stay quiet), then at most
     every ``interval`` seconds, and a phase's last update always.

@@ -128,9 +128,9 @@ def write_report(path: Path, result: ModelComparison, first: onnx.ModelProto, se
     """
     import sys
 
-    from lowerer.files import Transaction
-    from lowerer.opsets import default_opset
-    from lowerer.report import Report
+    from lowerer.core.opsets import default_opset
+    from lowerer.core.report import Report
+    from lowerer.model_io.files import Transaction
 
     report = Report(source_opset=default_opset(first.opset_import), target_opset=default_opset(second.opset_import),
                     source_ir_version=first.ir_version, ir_version=second.ir_version,
@@ -153,7 +153,7 @@ def _print_and_judge(result: ModelComparison, options: ModelCheckOptions, names:
         InputError: the two models cannot be compared.
         VerificationError: an output differs, or the comparison could not run (unless allowed).
     """
-    from lowerer.errors import InputError, VerificationError
+    from lowerer.core.errors import InputError, VerificationError
 
     level = verbosity()
     if level >= 0 and result.outputs:

@@ -7,7 +7,7 @@ import stat
 from collections.abc import Iterable
 from pathlib import Path
 
-from lowerer.errors import InputError
+from lowerer.core.errors import InputError
 
 __all__ = ["check_written_path"]
 

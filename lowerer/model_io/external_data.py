@@ -18,8 +18,8 @@ from pathlib import Path
 
 import onnx
 
-from lowerer.errors import InputError
-from lowerer.paths import kind_of, location_problem, stat_path
+from lowerer.core.errors import InputError
+from lowerer.model_io.paths import kind_of, location_problem, stat_path
 
 __all__ = ["check_external_data", "external_data_locations", "iter_tensors"]
 
@@ -30,7 +30,7 @@ def iter_tensors(model: onnx.ModelProto) -> Iterator[onnx.TensorProto]:
     and sparse-tensors attributes (Constant's ``value`` and ``sparse_value`` ...).
 
     The walk reads which fields are set, not the attributes' declared types (unlike
-    :func:`lowerer.scopes.walk_graphs`): a tensor stored in a mis-typed attribute of a hostile
+    :func:`lowerer.model_io.scopes.walk_graphs`): a tensor stored in a mis-typed attribute of a hostile
     model is still found, and so still checked.
     """
 
@@ -136,7 +136,7 @@ def check_external_data(model: onnx.ModelProto, base_dir: Path | None, source: s
     """The one check of every external-data reference in ``model``; returns location -> file.
 
     Each reference must give one non-empty location that stays inside ``base_dir`` with no
-    symbolic link on the way (see :func:`lowerer.paths.location_problem`), naming an existing
+    symbolic link on the way (see :func:`lowerer.model_io.paths.location_problem`), naming an existing
     regular file (checked with ``os.stat``: nothing is opened); ``offset`` and ``length``, when
     given, must be plain non-negative integers; the range they claim (to the end of the file
     without a length) must lie within the file and, where the tensor's type and shape give its

@@ -4,7 +4,7 @@
 file (checked with ``os.stat`` before it is opened: a FIFO or a device is refused, never read) of
 at most 2 GiB (:data:`PROTOBUF_LIMIT`). Every external-data reference is checked
 (:func:`~lowerer.model_io.external_data.check_external_data`), then the model's structure
-(:func:`lowerer.structure.check_structure`). Weights are never read.
+(:func:`lowerer.model_io.structure.check_structure`). Weights are never read.
 
 In memory (:func:`working_copy`): a model with large inline weights is converted on a copy that
 holds them back (:class:`HeldWeights`), so that it is never held twice.
@@ -20,12 +20,12 @@ from typing import TYPE_CHECKING
 import onnx
 from google.protobuf.message import DecodeError
 
-from lowerer.errors import InputError
+from lowerer.core.errors import InputError
 from lowerer.model_io.external_data import _nbytes, check_external_data, iter_tensors
-from lowerer.paths import kind_of, require_regular_file
+from lowerer.model_io.paths import kind_of, require_regular_file
 
 if TYPE_CHECKING:
-    from lowerer.input_check import InputCheck
+    from lowerer.model_io.input_check import InputCheck
 
 __all__ = ["HEAVY_MODEL_BYTES", "HELD_LOCATION", "HELD_TENSOR_BYTES", "PROTOBUF_LIMIT", "HeldWeights", "InputModel",
            "load_input", "load_model", "read_model", "working_copy"]
@@ -80,16 +80,16 @@ def load_input(path: str | os.PathLike[str], *, beside: bool = False) -> InputMo
     """Read the model at ``path`` (its external data stays unread), checking everything first.
 
     ``beside``: onnx's checker and the tensors' check (and strict inference) run in a worker beside
-    the conversion (:class:`lowerer.input_check.InputCheck`, in ``checks``); whoever converts the
+    the conversion (:class:`lowerer.model_io.input_check.InputCheck`, in ``checks``); whoever converts the
     model joins them (:func:`lowerer.api.run` does) and a failing input ends in the same InputError.
 
     Raises:
         InputError: the path is missing, not a regular file (a directory, FIFO, device ...),
             empty, over 2 GiB, unreadable or not an ONNX model; an external-data reference is
             unusable (see :func:`check_external_data`); the model is structurally invalid (see
-            :func:`lowerer.structure.check_structure`).
+            :func:`lowerer.model_io.structure.check_structure`).
     """
-    from lowerer.structure import check_structure
+    from lowerer.model_io.structure import check_structure
 
     p = Path(path)
     data = _read_regular_file(p)
@@ -106,7 +106,7 @@ def load_input(path: str | os.PathLike[str], *, beside: bool = False) -> InputMo
     data_files = check_external_data(model, directory, source=str(p), serialized=data)
     checks = None
     if beside:
-        from lowerer.input_check import InputCheck
+        from lowerer.model_io.input_check import InputCheck
 
         try:
             check_structure(model, source=str(p), serialized=data, path=p if data_files else None, file=True,

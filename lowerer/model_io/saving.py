@@ -2,7 +2,7 @@
 
 Every path to be written (the model, its data files, a report) is checked against the others and
 against the input's files before any work; see :func:`plan_outputs`. :func:`write_outputs` then
-writes through a :class:`lowerer.files.Transaction`: unique temporaries, committed all together,
+writes through a :class:`lowerer.model_io.files.Transaction`: unique temporaries, committed all together,
 nothing left behind on a failure or a signal. :func:`save_model` does both.
 """
 
@@ -16,12 +16,12 @@ from pathlib import Path
 
 import onnx
 
-from lowerer.errors import InputError, InternalError
-from lowerer.files import Transaction
+from lowerer.core.errors import InputError, InternalError
 from lowerer.model_io.external_data import check_external_data, external_data_locations
+from lowerer.model_io.files import Transaction
+from lowerer.model_io.paths import check_output_path, location_problem, require_regular_file, same_file
 from lowerer.model_io.reading import PROTOBUF_LIMIT
 from lowerer.model_io.writing import _check_new_file_path, _copy_file, _stage_bytes, _stage_single_data_file
-from lowerer.paths import check_output_path, location_problem, require_regular_file, same_file
 
 __all__ = ["OutputPlan", "plan_outputs", "save_model", "write_outputs"]
 

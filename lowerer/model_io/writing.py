@@ -2,7 +2,7 @@
 
 :func:`write_single_data_file` (``--external-data``): every weight into one file, copied range by
 range in the kernel (``copy_file_range``) or moved from inline, each at an aligned offset
-(:data:`DATA_ALIGNMENT`). Everything is staged in a :class:`lowerer.files.Transaction`: unique
+(:data:`DATA_ALIGNMENT`). Everything is staged in a :class:`lowerer.model_io.files.Transaction`: unique
 temporaries, committed all together, nothing left behind on a failure or a signal.
 """
 
@@ -14,11 +14,11 @@ from pathlib import Path
 
 import onnx
 
-from lowerer.errors import InputError
-from lowerer.files import Transaction
+from lowerer.core.errors import InputError
 from lowerer.model_io.external_data import _nbytes, _reference, check_external_data, iter_tensors
+from lowerer.model_io.files import Transaction
+from lowerer.model_io.paths import kind_of, location_problem, stat_path
 from lowerer.model_io.reading import _light_copy
-from lowerer.paths import kind_of, location_problem, stat_path
 
 __all__ = ["DATA_ALIGNMENT", "DATA_THRESHOLD", "write_single_data_file"]
 

@@ -13,7 +13,7 @@ expansion they are the forms of :data:`lowerer.backends.REWRITES`:
   view → ``Reshape`` back for the coerced-to-2-D meaning (versions 1, 11);
 * :class:`ConstantInputsForm` (``constant-inputs``): the inputs a backend wants constant (a
   Reshape's shape, Slice's parameters, ReduceMax's axes, OneHot's depth) written as initializers
-  where :mod:`lowerer.constants` proves their value (a shape computed from static dims ...).
+  where :mod:`lowerer.facts.constants` proves their value (a shape computed from static dims ...).
 """
 
 from __future__ import annotations
@@ -21,8 +21,8 @@ from __future__ import annotations
 import numpy as np
 import onnx
 
-from lowerer.errors import ConversionError
-from lowerer.naming import node_label
+from lowerer.core.errors import ConversionError
+from lowerer.model_io.naming import node_label
 from lowerer.rules.argmax import ArgExtremumRule
 from lowerer.rules.hardmax import CoercedAxisRule, read_semantics
 from lowerer.steps.emitter import Emitter, Rule, attr, normalize_axis
@@ -135,7 +135,7 @@ class ConstantInputsForm(Rule):
     """Any op → the same node with the listed inputs written as literal constants, at the node's own opset.
 
     An input that is not an initializer or a Constant's output, but whose value
-    :mod:`lowerer.constants` proves (a shape built from static dims, a folded Concat of constants
+    :mod:`lowerer.facts.constants` proves (a shape built from static dims, a folded Concat of constants
     ...), becomes an initializer (a Constant node in a function) holding that value, in the input's
     element type. An input whose value is not provably constant is refused: it is computed at run
     time and no exact form makes it a constant. The engine then takes the node on to the target.

@@ -8,7 +8,7 @@ value is checked as the schema's input count).
   the branches' output shapes (a model whose branches yield different ones fails onnx's checker):
   relabelled when every output has the same shape in both branches, else refused. A shape is what
   the branch states, merged with what onnx infers for the branch on its own, its outer values typed
-  (and small constant ones valued) from the If's scope (:mod:`lowerer.body_shapes`); dims are equal
+  (and small constant ones valued) from the If's scope (:mod:`lowerer.facts.body_shapes`); dims are equal
   when both are the same static size, or both the same named dim of the model (a name its outer
   values' shapes or the branches' stated outputs carry: equal at run time, as the model names them).
 
@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import onnx
 
-from lowerer.body_shapes import infer_outputs, same_shape, shape_text, stated_dims
+from lowerer.facts.body_shapes import infer_outputs, same_shape, shape_text, stated_dims
 from lowerer.steps import generic
 from lowerer.steps.changes import Semantics, Step
 from lowerer.steps.emitter import Emitter

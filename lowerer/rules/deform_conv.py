@@ -43,7 +43,7 @@ from typing import Any
 import numpy as np
 import onnx
 
-from lowerer.remedies import ADD_SHAPES
+from lowerer.core.remedies import ADD_SHAPES
 from lowerer.steps.emitter import Emitter, attr
 from lowerer.steps.generic import attribute_value
 from lowerer.steps.registry import lowering

@@ -32,7 +32,7 @@ from dataclasses import dataclass
 import numpy as np
 import onnx
 
-from lowerer.remedies import ADD_SHAPES
+from lowerer.core.remedies import ADD_SHAPES
 from lowerer.steps.emitter import Emitter
 from lowerer.steps.generic import attribute_value
 from lowerer.steps.registry import lowering

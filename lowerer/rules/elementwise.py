@@ -22,7 +22,7 @@ from __future__ import annotations
 import numpy as np
 import onnx
 
-from lowerer.reference import np_dtype
+from lowerer.facts.reference import np_dtype
 from lowerer.steps import generic
 from lowerer.steps.changes import AttrRemoved, OptionalInput, Semantics, Step
 from lowerer.steps.emitter import Emitter

@@ -17,7 +17,7 @@ from __future__ import annotations
 import numpy as np
 import onnx
 
-from lowerer.reference import np_dtype
+from lowerer.facts.reference import np_dtype
 from lowerer.steps.emitter import Emitter
 from lowerer.steps.registry import lowering
 

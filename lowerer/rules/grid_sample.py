@@ -37,7 +37,7 @@ from typing import Any
 import numpy as np
 import onnx
 
-from lowerer.remedies import ADD_SHAPES
+from lowerer.core.remedies import ADD_SHAPES
 from lowerer.steps import generic
 from lowerer.steps.changes import Semantics, Step
 from lowerer.steps.emitter import Emitter

@@ -11,7 +11,7 @@ computes when its inputs are constants and the caller asks (``fold_dequantize``,
 
 from __future__ import annotations
 
-from lowerer.errors import ConversionError
+from lowerer.core.errors import ConversionError
 from lowerer.rules.dequantize_fold import fold_or_refuse
 from lowerer.steps import generic
 from lowerer.steps.changes import Semantics, Step

@@ -27,7 +27,7 @@ from fractions import Fraction
 import numpy as np
 import onnx
 
-from lowerer.remedies import ADD_SHAPES, MAKE_CONSTANT
+from lowerer.core.remedies import ADD_SHAPES, MAKE_CONSTANT
 from lowerer.steps import generic
 from lowerer.steps.changes import InputAdded, OptionalInput, Semantics, Step
 from lowerer.steps.emitter import Emitter

@@ -27,8 +27,8 @@ from __future__ import annotations
 import numpy as np
 import onnx
 
-from lowerer.body_shapes import body_input_types
-from lowerer.opsets import since_version
+from lowerer.core.opsets import since_version
+from lowerer.facts.body_shapes import body_input_types
 from lowerer.steps.changes import Step
 from lowerer.steps.emitter import Emitter
 from lowerer.steps.generic import attribute, attribute_value

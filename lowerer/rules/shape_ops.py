@@ -19,7 +19,7 @@ import numpy as np
 import onnx
 from onnx import helper
 
-from lowerer.reference import np_dtype
+from lowerer.facts.reference import np_dtype
 from lowerer.steps import generic
 from lowerer.steps.changes import AttrAdded, InputAdded, Semantics, Step
 from lowerer.steps.emitter import Emitter

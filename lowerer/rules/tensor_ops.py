@@ -16,8 +16,8 @@ import numpy as np
 import onnx
 from onnx import numpy_helper
 
-from lowerer.constants import constant_node_value
-from lowerer.reference import np_dtype
+from lowerer.facts.constants import constant_node_value
+from lowerer.facts.reference import np_dtype
 from lowerer.steps import generic
 from lowerer.steps.changes import AttrAdded, NegativeValues, Semantics, Step, Types
 from lowerer.steps.emitter import Emitter

@@ -10,14 +10,14 @@ import numpy as np
 import onnx
 from onnx import helper, numpy_helper
 
-from lowerer.errors import ConversionError
-from lowerer.naming import node_label
-from lowerer.opsets import since_version
+from lowerer.core.errors import ConversionError
+from lowerer.core.opsets import since_version
+from lowerer.model_io.naming import node_label
 
 if TYPE_CHECKING:
     from lowerer.facts import Facts
-    from lowerer.naming import NameGenerator
-    from lowerer.scopes import Scope
+    from lowerer.model_io.naming import NameGenerator
+    from lowerer.model_io.scopes import Scope
 
 __all__ = ["Emitter", "Rule", "attr", "normalize_axis"]
 
@@ -112,7 +112,7 @@ class Emitter:
         return self.facts.dims(name)
 
     def constant(self, name: str) -> np.ndarray | None:
-        """The constant value of input ``name`` (see :mod:`lowerer.constants`), or None."""
+        """The constant value of input ``name`` (see :mod:`lowerer.facts.constants`), or None."""
         return self.facts.value(name)
 
     def require_rank(self, name: str, why: str) -> int:

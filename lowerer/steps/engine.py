@@ -6,7 +6,7 @@ decomposition, an expansion, an owned rule, or the crossing of the next version 
 adapter or the generic handling. What the entry emits is valid at its far side; each emitted node
 then goes on to the target the same way, so an adapter may emit any op that exists at the far side
 (``Shape`` + ``Slice`` for ``Shape-15``) and the engine takes it the rest of the way. Each entry
-applied is recorded as a :class:`~lowerer.report.Crossing`.
+applied is recorded as a :class:`~lowerer.core.report.Crossing`.
 """
 
 from __future__ import annotations
@@ -18,15 +18,15 @@ from typing import Any
 
 import onnx
 
-from lowerer import remedies
-from lowerer.constants import ConstantIndex
-from lowerer.errors import ConversionError
+from lowerer.core import remedies
+from lowerer.core.errors import ConversionError
+from lowerer.core.opsets import since_version
+from lowerer.core.report import Crossing
 from lowerer.facts import Facts
-from lowerer.naming import NameGenerator, node_label
-from lowerer.opsets import since_version
-from lowerer.report import Crossing
-from lowerer.scopes import Scope, node_graphs, used_names_of
-from lowerer.shapes import ShapeIndex
+from lowerer.facts.constants import ConstantIndex
+from lowerer.facts.shapes import ShapeIndex
+from lowerer.model_io.naming import NameGenerator, node_label
+from lowerer.model_io.scopes import Scope, node_graphs, used_names_of
 from lowerer.steps import generic
 from lowerer.steps.changes import (
     AttrAdded,
@@ -336,7 +336,7 @@ class StepEngine:
 
     def _with_remedy(self, e: ConversionError, node: onnx.NodeProto, scope: Scope, source: int,
                      target: int) -> ConversionError:
-        """``e`` ending with the opset closest to ``target`` that ``node`` converts to (see :mod:`lowerer.remedies`)."""
+        """``e`` ending with the opset closest to ``target`` that ``node`` converts to (see :mod:`.remedies`)."""
         if source == target and self.picked_ops and not remedies.ends_with_remedy(str(e)):
             return ConversionError(f"{e}; {remedies.FALLBACK}", node=e.node, scope=e.scope)  # a backend form
         if source == target or node.domain not in ("", "ai.onnx") or since_version(node.op_type, source) is None:

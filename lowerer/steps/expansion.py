@@ -30,8 +30,8 @@ import onnx
 import onnx.defs
 from onnx import helper
 
-from lowerer.scopes import node_graphs
-from lowerer.shapes import type_proto
+from lowerer.facts.shapes import type_proto
+from lowerer.model_io.scopes import node_graphs
 from lowerer.steps.emitter import Emitter
 from lowerer.steps.specialize import MadeRewrite, flatten_free_layer_norm, fold, reads_of
 

@@ -17,9 +17,9 @@ import onnx
 import onnx.defs
 from onnx import helper
 
-from lowerer.naming import NameGenerator
-from lowerer.reference import np_dtype
-from lowerer.remedies import ADD_SHAPES, ADD_TYPES, MAKE_CONSTANT
+from lowerer.core.remedies import ADD_SHAPES, ADD_TYPES, MAKE_CONSTANT
+from lowerer.facts.reference import np_dtype
+from lowerer.model_io.naming import NameGenerator
 from lowerer.steps.changes import (
     ONES,
     AttrAdded,

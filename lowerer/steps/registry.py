@@ -41,7 +41,7 @@ from typing import TYPE_CHECKING, Any, Literal
 
 import onnx
 
-from lowerer.opsets import since_version
+from lowerer.core.opsets import since_version
 from lowerer.steps.changes import Step
 from lowerer.steps.expansion import has_body
 from lowerer.steps.table import step as table_step
@@ -113,7 +113,7 @@ class Entry:
             judged by the expansion's ulp budget, like a function body), else exact by construction.
         loop_form: for an entry that may write the node as a loop over its data (a cost class slower than
             the op's kernel: one iteration per update ...), that form in a few words (``a Loop over updates``);
-            "" for none. The engine records each use (:attr:`lowerer.report.Crossing.loop`), and
+            "" for none. The engine records each use (:attr:`lowerer.core.report.Crossing.loop`), and
             ``no_loops`` refuses it.
     """
 

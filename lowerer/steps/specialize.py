@@ -34,11 +34,11 @@ import numpy as np
 import onnx
 from onnx import helper, numpy_helper
 
-from lowerer import reference
-from lowerer.body_shapes import body_input_types
-from lowerer.opsets import since_version
-from lowerer.scopes import has_subgraphs, node_graphs
-from lowerer.shapes import value_type
+from lowerer.core.opsets import since_version
+from lowerer.facts import reference
+from lowerer.facts.body_shapes import body_input_types
+from lowerer.facts.shapes import value_type
+from lowerer.model_io.scopes import has_subgraphs, node_graphs
 from lowerer.steps.emitter import Emitter
 
 __all__ = ["FOLDED", "MadeRewrite", "flatten_free_layer_norm", "fold", "live", "reads_of"]
@@ -269,7 +269,7 @@ def _type_body_inputs(node: onnx.NodeProto, em: Emitter, opset: int) -> None:
 
     Element types: Scan's state inputs take the initial states' types, scan inputs their sequences'
     element types; Loop's iteration count is int64, its condition bool, carried values the initial
-    values' types. Dims, where provable (:func:`lowerer.body_shapes.body_input_types`): a scanned
+    values' types. Dims, where provable (:func:`lowerer.facts.body_shapes.body_input_types`): a scanned
     slice's are the sequence's without the scan axis; a state's or carried value's are the initial
     value's where the body returns them unchanged. The element type is written on the body input;
     the dims are facts of the conversion (a negative Unsqueeze axis inside then has a rank).

@@ -31,11 +31,11 @@ import numpy as np
 import onnx
 
 if TYPE_CHECKING:
-    from lowerer.constants import ConstantIndex, ShapeEntry
-    from lowerer.naming import NameGenerator
-    from lowerer.report import Crossing
-    from lowerer.scopes import Scope
-    from lowerer.shapes import ShapeIndex, ValueType
+    from lowerer.core.report import Crossing
+    from lowerer.facts.constants import ConstantIndex, ShapeEntry
+    from lowerer.facts.shapes import ShapeIndex, ValueType
+    from lowerer.model_io.naming import NameGenerator
+    from lowerer.model_io.scopes import Scope
 
 __all__ = ["NamesMade", "Pattern", "Recorder", "canonical", "static_key"]
 

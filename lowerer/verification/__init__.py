@@ -9,7 +9,11 @@
 * :mod:`.narrowing`: no hidden narrowing (a static check of the Casts a replacement emits);
 * :mod:`.feeds`: whole-model inputs (steered shapes and ranges, index-like inputs, .npz files);
 * :mod:`.budget`: the memory whole-model runs claim;
-* :mod:`.whole`: whole-model comparison (``--verify-model``, ``lowerer verify``, ``--optimize``).
+* :mod:`.whole`: whole-model comparison (``--verify-model``, ``lowerer verify``, ``--optimize``);
+* :mod:`.ort_support`: which default-domain opsets and op-versions the installed onnxruntime opens.
+
+Imports the step engine, facts, model I/O and core; never the passes, the API, the CLI, a rule or a
+backend (they call it).
 """
 
 from __future__ import annotations
@@ -30,7 +34,7 @@ __all__ = [
 
 def make_verifier(providers: Sequence[str] | None = None, seed: int = 0, progress: Progress | None = None,
                   max_ulp: int | None = None, exact: bool = False) -> RewriteVerifier:
-    """A callable that verifies one :class:`~lowerer.report.Rewrite` (sets its status, or raises VerificationError).
+    """A callable that verifies one :class:`~lowerer.core.report.Rewrite` (its status set, or VerificationError).
 
     ``max_ulp`` is the error budget of function-body expansions (None: the per-type default of
     :data:`~lowerer.verification.compare.EXPANSION_ULPS`); ``exact`` accepts no difference at all.

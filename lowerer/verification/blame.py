@@ -33,11 +33,11 @@ from typing import TYPE_CHECKING, Any
 import ml_dtypes
 import numpy as np
 
-from lowerer.opsets import since_version
+from lowerer.core.opsets import since_version
 from lowerer.verification.result import CheckResult
 
 if TYPE_CHECKING:
-    from lowerer.report import Rewrite
+    from lowerer.core.report import Rewrite
 
 __all__ = ["BY_SPEC", "CONDITIONS", "Departure", "departures", "kernel_departs_from_spec", "listed_departure",
            "provider_departs", "unlisted", "worst_gap"]

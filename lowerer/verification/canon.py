@@ -12,8 +12,8 @@ import numpy as np
 import onnx
 from onnx import numpy_helper
 
-from lowerer.report import Rewrite
-from lowerer.scopes import node_graphs
+from lowerer.core.report import Rewrite
+from lowerer.model_io.scopes import node_graphs
 
 __all__ = ["Canon", "canon_of"]
 

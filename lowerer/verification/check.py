@@ -18,10 +18,10 @@ import ml_dtypes
 import numpy as np
 import onnx
 
-from lowerer import reference
-from lowerer.errors import VerificationError
-from lowerer.report import Rewrite, RewriteStatus
-from lowerer.scopes import has_subgraphs
+from lowerer.core.errors import VerificationError
+from lowerer.core.report import Rewrite, RewriteStatus
+from lowerer.facts import reference
+from lowerer.model_io.scopes import has_subgraphs
 from lowerer.verification import blame
 from lowerer.verification.canon import Canon as _Canon
 from lowerer.verification.canon import canon_of
@@ -124,7 +124,7 @@ _GENERATED = {onnx.TensorProto.FLOAT, onnx.TensorProto.DOUBLE, onnx.TensorProto.
 
 
 class RewriteVerifier:
-    """The :data:`lowerer.pipeline.Verifier`: checks each rewrite, reusing results of identical ones.
+    """The :data:`lowerer.passes.pipeline.Verifier`: checks each rewrite, reusing results of identical ones.
 
     Args:
         providers: execution providers (see :func:`~lowerer.verification.providers.select_providers`).

@@ -33,9 +33,9 @@ import ml_dtypes
 import numpy as np
 import onnx
 
-from lowerer.errors import InputError
-from lowerer.reference import np_dtype
-from lowerer.scopes import node_graphs
+from lowerer.core.errors import InputError
+from lowerer.facts.reference import np_dtype
+from lowerer.model_io.scopes import node_graphs
 from lowerer.verification.inputs import generate
 
 __all__ = [

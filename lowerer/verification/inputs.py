@@ -22,7 +22,7 @@ import ml_dtypes
 import numpy as np
 import onnx
 
-from lowerer.reference import np_dtype
+from lowerer.facts.reference import np_dtype
 
 __all__ = ["JUDGED_KINDS", "KINDS", "InputSet", "bind_shapes", "generate", "min_rank_for"]
 

@@ -7,7 +7,7 @@ from collections.abc import Sequence
 import onnx
 from onnx import helper
 
-from lowerer.opsets import MAX_IR_VERSION
+from lowerer.core.opsets import MAX_IR_VERSION
 
 __all__ = ["small_model"]
 

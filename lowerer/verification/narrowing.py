@@ -25,7 +25,7 @@ from onnx import helper
 from lowerer.verification.result import CheckResult
 
 if TYPE_CHECKING:
-    from lowerer.report import Rewrite
+    from lowerer.core.report import Rewrite
 
 __all__ = ["FLOAT_BITS", "hidden_narrowing", "narrower", "narrowing_problem"]
 

@@ -26,7 +26,7 @@ from typing import Any, Literal
 import ml_dtypes
 import numpy as np
 
-from lowerer.report import Rewrite
+from lowerer.core.report import Rewrite
 from lowerer.steps.expansion import EXPANSION_RULE
 from lowerer.verification.compare import (
     ARITHMETIC_OPS,

@@ -7,7 +7,7 @@ import os
 from collections.abc import Sequence
 from typing import Any
 
-from lowerer.errors import InputError
+from lowerer.core.errors import InputError
 
 __all__ = ["CPU", "CUDA", "CUDA_CHECK_OPTIONS", "DML", "PREFERENCE", "TF32_ENV", "available_providers", "cuda_settings",
            "provider_problem", "select_providers", "session_providers", "usable"]

@@ -9,7 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from lowerer.report import RewriteStatus
+from lowerer.core.report import RewriteStatus
 
 __all__ = ["CheckResult"]
 

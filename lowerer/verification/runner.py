@@ -14,7 +14,7 @@ import ml_dtypes
 import numpy as np
 import onnx
 
-from lowerer import reference
+from lowerer.facts import reference
 from lowerer.verification.ort import load_onnxruntime
 from lowerer.verification.providers import CPU, session_providers
 from lowerer.verification.worker import OrtAbortedError, VerificationWorker, WorkerEngine, WorkerError, may_abort
@@ -70,7 +70,7 @@ class OrtEngine:
 
 
 class ReferenceEngine:
-    """lowerer's numpy reference (:mod:`lowerer.reference`)."""
+    """lowerer's numpy reference (:mod:`lowerer.facts.reference`)."""
 
     label = "numpy-reference"
     placement: str | None = None

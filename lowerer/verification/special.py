@@ -31,7 +31,7 @@ import ml_dtypes
 import numpy as np
 import onnx
 
-from lowerer.reference import np_dtype
+from lowerer.facts.reference import np_dtype
 
 __all__ = ["KINDS", "MAX_SETS", "constructed"]
 

@@ -22,9 +22,9 @@ from typing import Any
 import numpy as np
 import onnx
 
-from lowerer.errors import VerificationError
-from lowerer.progress import ProgressCallback, notify
-from lowerer.report import Report
+from lowerer.core.errors import VerificationError
+from lowerer.core.progress import ProgressCallback, notify
+from lowerer.core.report import Report
 from lowerer.verification.budget import available_memory, claimed_bytes, gib
 from lowerer.verification.compare import EXACT, OutputStats, Tolerance, output_scale, statistics
 from lowerer.verification.feeds import (
