@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
+import json
 import re
+from importlib import resources
 
 import pytest
 
@@ -296,3 +299,60 @@ def test_steps_between_every_op_both_ways():
         up = table.steps_between(op, versions[0], versions[-1])
         assert [(s.previous, s.version) for s in up] == list(itertools.pairwise(versions))
         assert table.steps_between(op, versions[-1], versions[0]) == up[::-1]
+
+
+def _encode(value: object) -> object:
+    """A change (or field value) as table.json writes it: the record's name and its non-default fields."""
+    if isinstance(value, tuple):
+        return [_encode(v) for v in value]
+    if isinstance(value, Change):
+        out: dict[str, object] = {"change": type(value).__name__}
+        for f in dataclasses.fields(value):
+            v = getattr(value, f.name)
+            if not (type(v) is type(f.default) and v == f.default):
+                out[f.name] = _encode(v)
+        return out
+    return value
+
+
+def test_data_file_reads_back_as_written():
+    # Every field written in table.json reaches its record, as written (no field dropped or coerced, no default
+    # written out), and every note is a sentence, not an empty string.
+    raw = json.loads(resources.files("lowerer.steps").joinpath("table.json").read_text(encoding="utf-8"))
+    assert list(raw) == list(table.TABLE)
+    for op, by_version in raw.items():
+        assert [int(v) for v in by_version] == list(table.TABLE[op]), op
+        for version, entry in by_version.items():
+            assert _encode(table.TABLE[op][int(version)]) == entry["changes"], f"{op} {version}"
+            assert entry.get("note", "a note").strip(), f"{op} {version}: empty note"
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        ("[]", "object of ops"),
+        ('{"Abs": []}', "Abs: must be an object of versions"),
+        ('{"Abs": {"six": {"changes": [{"change": "Types"}]}}}', "Abs six: an entry is"),
+        ('{"Abs": {"6": {"changes": []}}}', "non-empty list"),
+        ('{"Abs": {"6": {"changes": [{"change": "Types"}], "comment": "x"}}}', "an entry is"),
+        ('{"Abs": {"6": {"note": 1, "changes": [{"change": "Types"}]}}}', "'note' a string"),
+        ('{"Abs": {"6": {"changes": [{"change": "Type"}]}}}', "unknown change 'Type'"),
+        ('{"Abs": {"6": {"changes": ["Types"]}}}', "must be an object"),
+        ('{"Abs": {"6": {"changes": [{"change": "AttrRemoved", "nam": "x"}]}}}', "AttrRemoved has no field 'nam'"),
+        ('{"Abs": {"6": {"changes": [{"change": "AttrRemoved", "name": 1}]}}}', "AttrRemoved.name must be str"),
+        ('{"Abs": {"6": {"changes": [{"change": "InputAdded", "index": true}]}}}', "InputAdded.index must be int"),
+        ('{"Abs": {"6": {"changes": [{"change": "AttrAdded", "name": "x", "neutral": 0}]}}}', "neutral must be tuple"),
+        ('{"Abs": {"6": {"changes": [{"change": "DefaultChanged", "name": "x"}]}}}', "Abs 6: .*missing"),
+    ],
+)
+def test_parse_refuses_malformed_entries(text, message):
+    with pytest.raises(ValueError, match=message):
+        table.parse(text, "t.json")
+
+
+def test_parse_builds_records():
+    parsed = table.parse(
+        '{"Pad": {"11": {"note": "n", "changes": [{"change": "AttrToInput", "attr": "pads", "input": 1},'
+        ' {"change": "AttrAdded", "name": "d", "neutral": [[1, 1], null, "<all ones>"]}]}}}'
+    )
+    assert parsed == {"Pad": {11: (AttrToInput("pads", 1), AttrAdded("d", ((1, 1), None, ONES)))}}
