@@ -6,6 +6,9 @@
 * :mod:`.runner`: onnxruntime sessions and the reference engine;
 * :mod:`.compare`: exact comparison, or within a :class:`~.compare.Tolerance`, and statistics;
 * :mod:`.check`: the per-rewrite verifier, with reuse of identical checks;
+* :mod:`.specs`: what a check decides before it runs (input specs, element types, the replacement's
+  structure and validity) and how per-type outcomes combine;
+* :mod:`.trial`: one check with one set of element types: input sets run on both sides and compared;
 * :mod:`.narrowing`: no hidden narrowing (a static check of the Casts a replacement emits);
 * :mod:`.feeds`: whole-model inputs (steered shapes and ranges, index-like inputs, .npz files);
 * :mod:`.budget`: the memory whole-model runs claim;
