@@ -52,6 +52,8 @@ REWRITES: dict[str, str] = {
     "argmax-topk": "ArgMax/ArgMin -> TopK(k=1) indices (the first extremum), Squeeze for keepdims=0",
     "hardmax-topk": "Hardmax -> TopK(k=1) indices + one-hot (the hardmax decomposition's, TopK for ArgMax)",
     "shape-slice": "Shape start/end -> Shape + Slice (constant starts/ends, axes 0)",
+    "argmax-reduce": "ArgMax/ArgMin -> ReduceMin(Where(Equal(x, ReduceMax(x)), iota, n-1)) (no ArgMax/TopK)",
+    "hardmax-reduce": "Hardmax -> first maximum from ReduceMax + Equal + Where + ReduceMin, + one-hot (no ArgMax/TopK)",
     "expand": "the op's ONNX function body",
 }
 

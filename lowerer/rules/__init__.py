@@ -8,7 +8,7 @@ here registers nothing: ``tests/test_registry.py`` checks every module of the pa
 * decompositions: :mod:`.hardmax_decomposition` (Hardmax → ArgMax + one-hot), :mod:`.global_max_pool`
   (GlobalMaxPool → ReduceMax);
 * backend forms: :mod:`.backend_forms` (``argmax-flip``, ``last-axis``, ``constant-inputs``), :mod:`.topk_forms`
-  (``argmax-topk``, ``hardmax-topk``, ``shape-slice``);
+  (``argmax-topk``, ``hardmax-topk``, ``shape-slice``), :mod:`.reduce_forms` (``argmax-reduce``, ``hardmax-reduce``);
 * lowerings (ops with no function body written with older ops, for targets that lack them): :mod:`.trilu`,
   :mod:`.mod`, :mod:`.cumsum`, :mod:`.constant_of_shape`, :mod:`.gather_elements`, :mod:`.einsum`,
   :mod:`.expand_where`, :mod:`.deform_conv`, GridSample-16's in :mod:`.grid_sample` (beside its 16 ↔ 20
@@ -57,6 +57,7 @@ from lowerer.rules.backend_forms import ConstantInputsForm, LastAxisForm, Select
 from lowerer.rules.global_max_pool import GlobalMaxPoolDecomposition
 from lowerer.rules.hardmax import CoercedAxisRule
 from lowerer.rules.hardmax_decomposition import HardmaxDecomposition
+from lowerer.rules.reduce_forms import ArgReduceForm, HardmaxReduceForm
 from lowerer.rules.topk_forms import ArgTopKForm, HardmaxTopKForm, ShapeSliceForm
 from lowerer.steps.registry import REGISTRY, Registry
 
@@ -72,4 +73,6 @@ REGISTRY.form("constant-inputs", ("*",), ConstantInputsForm)
 REGISTRY.form("argmax-topk", ("ArgMax", "ArgMin"), ArgTopKForm)
 REGISTRY.form("hardmax-topk", ("Hardmax",), HardmaxTopKForm)
 REGISTRY.form("shape-slice", ("Shape",), ShapeSliceForm)
+REGISTRY.form("argmax-reduce", ("ArgMax", "ArgMin"), ArgReduceForm)
+REGISTRY.form("hardmax-reduce", ("Hardmax",), HardmaxReduceForm)
 REGISTRY.seal()

@@ -308,9 +308,10 @@ def _iota(em: Emitter, size: int, trailing: int) -> str:
 
 
 #: Ops that keep an empty input with non-empty reduced axes empty (checked by verification's empty binding;
-#: TopK(k=1), which ``hardmax-topk`` uses for ArgMax, measured so in onnxruntime 1.32 at TopK-1, 10 and 11).
+#: TopK(k=1), which ``hardmax-topk`` uses for ArgMax, measured so in onnxruntime 1.32 at TopK-1, 10 and 11;
+#: ReduceMax/ReduceMin/Where of ``hardmax-reduce`` keep an empty input empty along other axes, measured likewise).
 _EMPTY_SAFE = frozenset({"ArgMax", "TopK", "Cast", "CastLike", "Equal", "Range", "Gather", "Shape", "Reshape",
-                         "Flatten", "Constant"})
+                         "Flatten", "Constant", "ReduceMax", "ReduceMin", "Where", "Sub"})
 
 
 def _empty_safe(nodes: list[onnx.NodeProto]) -> bool:

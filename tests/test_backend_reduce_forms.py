@@ -1,0 +1,210 @@
+"""The backend forms ``argmax-reduce`` and ``hardmax-reduce``, driven through a test profile.
+
+As ``tests/test_backend_topk_forms.py`` (whose models, inputs and comparison this reuses): one node
+per attribute combination (every axis, negative ones too, keepdims, select_last_index, ArgMax and
+ArgMin, ranks 1-4), converted ``for_backend="openvino"`` with a profile naming the form, to every
+target opset the form allows up to 23, and the original and the result run in onnxruntime's CPU
+provider on tie-heavy inputs and compared exactly. No ArgMax, ArgMin or TopK may be left. Below
+what the form needs (Equal on floats: 11; Where: 9) it refuses in one line. Deliberately wrong
+variants must be caught by lowerer's own per-rewrite verification.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import onnx
+import pytest
+from click.testing import CliRunner
+from onnx import TensorProto, helper
+
+import lowerer
+from lowerer.cli import main
+from lowerer.core.errors import ConversionError, VerificationError
+from lowerer.rules import REGISTRY, reduce_forms
+from lowerer.rules.reduce_forms import ArgReduceForm, HardmaxReduceForm
+from tests import test_backend_topk_forms
+from tests.test_backend_topk_forms import (
+    _VERIFIED_AT,
+    _arg_model,
+    _assert_verified,
+    _compare,
+    _entry,
+    _hardmax_model,
+    _input,
+    _model,
+    _ops,
+    _session,
+)
+
+F, F16, D, I32, I64 = TensorProto.FLOAT, TensorProto.FLOAT16, TensorProto.DOUBLE, TensorProto.INT32, TensorProto.INT64
+I8, U8, I16, U16, U32, U64 = (TensorProto.INT8, TensorProto.UINT8, TensorProto.INT16, TensorProto.UINT16,
+                              TensorProto.UINT32, TensorProto.UINT64)
+_NOT_LEFT = {"ArgMax", "ArgMin", "TopK", "Hardmax"}
+#: ``use_profile(entries)`` makes them the ``openvino`` profile for the test (the fixture of the topk forms' tests).
+use_profile = test_backend_topk_forms.use_profile
+
+# -- argmax-reduce ---------------------------------------------------------------------------------
+
+_ARG_CASES = [(version, target) for version in (1, 11, 12, 13) for target in range(1, 24)
+              if target >= 9 and (version == 1 or target >= version - 2)]
+
+
+@pytest.mark.parametrize(("version", "target"), _ARG_CASES, ids=[f"v{v}-to{t}" for v, t in _ARG_CASES])
+def test_argmax_reduce_every_target(use_profile: Any, version: int, target: int) -> None:
+    """float32 from opset 11 (int32 at 9-10), ranks 1-4, every axis, keepdims 0/1, select_last_index 0/1."""
+    use_profile([_entry(["ArgMax", "ArgMin"], "argmax-reduce")])
+    elem = F if target >= 11 else I32
+    dynamic = target >= 11 and target % 2 == 0
+    model = _arg_model(version, elem, dynamic)
+    verify = target in _VERIFIED_AT
+    result = lowerer.convert(model, target_opset=target, for_backend="openvino", verify=verify)
+    assert not _ops(result.model) & _NOT_LEFT
+    assert {"ReduceMin", "Where", "Equal"} <= _ops(result.model)
+    if verify:
+        _assert_verified(result, "argmax-reduce")
+    assert _compare(model, result.model, dynamic) > 0
+
+
+@pytest.mark.parametrize("target", [1, 7, 8, 9, 10])
+def test_argmax_reduce_refused_below_what_works(use_profile: Any, target: int) -> None:
+    use_profile([_entry(["ArgMax", "ArgMin"], "argmax-reduce")])
+    floats = _arg_model(1, F, False, range(2, 3))
+    with pytest.raises(ConversionError, match=r"ArgMax-1.*Equal on float needs Equal-11.*target opset >= 11"):
+        lowerer.convert(floats, target_opset=target, for_backend="openvino")
+    ints = _arg_model(1, I32, False, range(2, 3))
+    if target < 9:
+        with pytest.raises(ConversionError, match=r"ArgMax-1.*Where needs opset 9; target opset >= 9"):
+            lowerer.convert(ints, target_opset=target, for_backend="openvino")
+    dynamic = _arg_model(1, I32, True, range(2, 3))
+    if 9 <= target < 11:
+        with pytest.raises(ConversionError, match=r"dynamic, and below opset 11 there is no Range"):
+            lowerer.convert(dynamic, target_opset=target, for_backend="openvino")
+
+
+_TYPE_CASES = [(version, target, elem, dynamic)
+               for version in (1, 13) for target in (11, 12, 13, 18, 23)
+               for elem in (F16, D, I8, U8, I16, U16, I32, I64, U32) for dynamic in (False, True)
+               if target >= version]
+
+
+@pytest.mark.parametrize(("version", "target", "elem", "dynamic"), _TYPE_CASES,
+                         ids=[f"v{v}-to{t}-{TensorProto.DataType.Name(e)}-{'dyn' if d else 'static'}"
+                              for v, t, e, d in _TYPE_CASES])
+def test_argmax_reduce_types(use_profile: Any, version: int, target: int, elem: int, dynamic: bool) -> None:
+    """Every type ArgMax takes but uint64: as it is, or widened exactly (int8/16, uint8/16 → int32; uint32 → int64)."""
+    use_profile([_entry(["ArgMax", "ArgMin"], "argmax-reduce")])
+    model = _arg_model(version, elem, dynamic, ranks=range(1, 4))
+    result = lowerer.convert(model, target_opset=target, for_backend="openvino")
+    assert not _ops(result.model) & _NOT_LEFT
+    widened = elem in (I16, U16, U32) or (elem in (I8, U8) and target < 12)
+    assert ("Cast" in _ops(result.model)) == widened
+    if elem in (I16, U16, U32):  # onnxruntime has no ArgMax kernel for them: judged by lowerer's numpy reference
+        assert {r.status for r in result.report.rewrites} == {"reference-only"}
+        return
+    _assert_verified(result, "argmax-reduce")
+    assert _compare(model, result.model, dynamic) > 0
+
+
+def test_argmax_reduce_uint64_refused_in_one_line(use_profile: Any, tmp_path: Path) -> None:
+    use_profile([_entry(["ArgMax", "ArgMin"], "argmax-reduce")])
+    source = tmp_path / "m.onnx"
+    onnx.save(_arg_model(13, U64, False, ranks=range(2, 3)), source)
+    run = CliRunner().invoke(main, ["convert", str(source), "-o", str(tmp_path / "o.onnx"), "--for", "openvino"])
+    assert run.exit_code == 2
+    assert run.stderr.count("\n") == 1 and "ArgMax-13" in run.stderr and "not uint64" in run.stderr
+
+
+def test_argmax_reduce_nan_and_empty(use_profile: Any) -> None:
+    """A NaN row gives an index in range; an empty input the empty result ArgMax gives."""
+    use_profile([_entry(["ArgMax", "ArgMin"], "argmax-reduce")])
+    model = _arg_model(13, F, True, ranks=range(2, 3))
+    result = lowerer.convert(model, target_opset=13, for_backend="openvino")
+    session = _session(result.model)
+    rows = np.array([[np.nan] * 5, [1, np.nan, 3, 3, np.nan], [np.nan, -np.inf, 2, 0, 2]], np.float32)
+    names = [o.name for o in result.model.graph.output]
+    for name, got in zip(names, session.run(names, {"x2": rows}), strict=True):
+        axis = int(name.split("_a")[1].split("_")[0].replace("m", "-"))
+        assert got.min() >= 0 and got.max() < rows.shape[axis], (name, got)
+    empty = {"x2": np.zeros((0, 0), np.float32)}  # (with one dim non-empty onnxruntime's ArgMax fails on axis 0)
+    want, got = _session(model).run(None, empty), session.run(None, empty)
+    assert [a.shape for a in want] == [b.shape for b in got]
+
+
+# -- hardmax-reduce --------------------------------------------------------------------------------
+
+_HARDMAX_CASES = [(version, target) for version in (1, 11, 13) for target in range(11, 24)]
+
+
+@pytest.mark.parametrize(("version", "target"), _HARDMAX_CASES, ids=[f"v{v}-to{t}" for v, t in _HARDMAX_CASES])
+def test_hardmax_reduce_every_target(use_profile: Any, version: int, target: int) -> None:
+    use_profile([_entry(["Hardmax"], "hardmax-reduce")])
+    dynamic = target % 2 == 1
+    model = _hardmax_model(version, dynamic, long_axis=True)
+    verify = target in _VERIFIED_AT
+    result = lowerer.convert(model, target_opset=target, for_backend="openvino", verify=verify)
+    assert not _ops(result.model) & _NOT_LEFT
+    assert {"ReduceMin", "Where"} <= _ops(result.model)
+    if verify:
+        _assert_verified(result, "hardmax-reduce")
+    assert _compare(model, result.model, dynamic) > 0
+    feed = {vi.name: np.zeros([d.dim_value or 2 for d in vi.type.tensor_type.shape.dim], np.float32)
+            for vi in model.graph.input}
+    feed["long"] = np.tile(np.array([0, 7, 7, 1] * 64, dtype=np.float32), (3, 1))
+    feed["long"][1, 200] = feed["long"][1, 255] = 9
+    feed["long"][2, :] = -np.inf
+    want, got = _session(model).run(["h_long"], feed), _session(result.model).run(["h_long"], feed)
+    np.testing.assert_array_equal(want[0], got[0])
+
+
+def test_hardmax_reduce_refused_below_11(use_profile: Any) -> None:
+    use_profile([_entry(["Hardmax"], "hardmax-reduce")])
+    model = _model([helper.make_node("Hardmax", ["x"], ["y"], name="h", axis=1)], [_input("x", F, 2, False)], 7)
+    with pytest.raises(ConversionError, match=r"node 'h' \(Hardmax-1.*Equal on float needs Equal-11"):
+        lowerer.convert(model, target_opset=10, for_backend="openvino")
+
+
+def test_hardmax_shares_the_decomposition_body() -> None:
+    assert issubclass(HardmaxReduceForm, lowerer.rules.hardmax_decomposition.HardmaxDecomposition)
+    assert HardmaxReduceForm.first_max is not lowerer.rules.hardmax_decomposition.HardmaxDecomposition.first_max
+    for op, form in (("ArgMax", "argmax-reduce"), ("ArgMin", "argmax-reduce"), ("Hardmax", "hardmax-reduce")):
+        resolution = REGISTRY.resolve(op, 13, 17, form=form)
+        assert resolution is not None and f"[form '{form}'" in resolution.describe()
+
+
+# -- the checks can fail ----------------------------------------------------------------------------
+
+def _wrong_last(self: ArgReduceForm, em: Any, v: str, axis: int, keepdims: int | None,
+                outputs: list[str] | None = None) -> str:
+    return reduce_forms.extremum_index_reduce(em, v, axis, keepdims, em.node.op_type == "ArgMax", True, outputs)
+
+
+def _wrong_largest(self: ArgReduceForm, em: Any, v: str, axis: int, keepdims: int | None,
+                   outputs: list[str] | None = None) -> str:
+    return reduce_forms.extremum_index_reduce(em, v, axis, keepdims, em.node.op_type != "ArgMax", outputs=outputs)
+
+
+def _wrong_hardmax(self: HardmaxReduceForm, em: Any, v: str, axis: int, keepdims: int = 1) -> str:
+    return reduce_forms.extremum_index_reduce(em, v, axis, keepdims, largest=True, last=True)
+
+
+@pytest.mark.parametrize(("cls", "method", "wrong", "op", "attrs"), [
+    (ArgReduceForm, "_first_extremum", _wrong_last, "ArgMax", {"axis": 1}),
+    (ArgReduceForm, "_first_extremum", _wrong_largest, "ArgMin", {"axis": -1, "keepdims": 0}),
+    (HardmaxReduceForm, "first_max", _wrong_hardmax, "Hardmax", {"axis": 1}),
+], ids=["last-not-first", "largest-flipped", "hardmax-last"])
+def test_wrong_variants_fail_verification(use_profile: Any, monkeypatch: pytest.MonkeyPatch, tmp_path: Path,
+                                          cls: type, method: str, wrong: Any, op: str, attrs: dict[str, int]) -> None:
+    form = "hardmax-reduce" if op == "Hardmax" else "argmax-reduce"
+    use_profile([_entry([op], form)])
+    model = _model([helper.make_node(op, ["x"], ["y"], name="n", **attrs)], [_input("x", F, 3, False)], 17)
+    assert lowerer.convert(model, for_backend="openvino").report.rewrites[0].status == "verified"
+    monkeypatch.setattr(cls, method, wrong)
+    with pytest.raises(VerificationError, match=f"by rule '{form}'"):
+        lowerer.convert(model, for_backend="openvino")
+    source = tmp_path / "m.onnx"
+    onnx.save(model, source)
+    run = CliRunner().invoke(main, ["convert", str(source), "-o", str(tmp_path / "out.onnx"), "--for", "openvino"])
+    assert run.exit_code == 1, run.output
