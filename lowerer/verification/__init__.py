@@ -11,6 +11,8 @@
 * :mod:`.trial`: one check with one set of element types: input sets run on both sides and compared;
 * :mod:`.narrowing`: no hidden narrowing (a static check of the Casts a replacement emits);
 * :mod:`.feeds`: whole-model inputs (steered shapes and ranges, index-like inputs, .npz files);
+* :mod:`.graph_inputs`: whole-model inputs' specs, ``--input-shapes`` and ``--val-range`` parsed;
+* :mod:`.index_inputs`: graph inputs used as indices, and the range their data allows;
 * :mod:`.budget`: the memory whole-model runs claim;
 * :mod:`.whole`: whole-model comparison (``--verify-model``, ``lowerer verify``, ``--optimize``);
 * :mod:`.ort_support`: which default-domain opsets and op-versions the installed onnxruntime opens.
