@@ -4,24 +4,31 @@
 are adjusted change by change (see :mod:`lowerer.steps.changes`), plus the constants moved
 attributes need. Every change is checked against the node; whatever the older (or newer)
 version cannot express exactly is refused, naming the step and what would work.
+
+The attribute helpers (:mod:`lowerer.steps.attributes`) and the schema checks
+(:mod:`lowerer.steps.signature`) it uses are importable from here too, as before.
 """
 
 from __future__ import annotations
 
-import functools
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
 import onnx
-import onnx.defs
-from onnx import helper
 
 from lowerer.core.remedies import ADD_SHAPES, ADD_TYPES, MAKE_CONSTANT
 from lowerer.facts.reference import np_dtype
 from lowerer.model_io.naming import NameGenerator
+from lowerer.steps.attributes import (
+    attribute,
+    attribute_value,
+    copy_of,
+    is_neutral,
+    remove_attribute,
+    set_attribute,
+)
 from lowerer.steps.changes import (
-    ONES,
     AttrAdded,
     AttrRemoved,
     AttrToInput,
@@ -40,6 +47,7 @@ from lowerer.steps.changes import (
 )
 from lowerer.steps.emitter import Emitter
 from lowerer.steps.registry import DOWN
+from lowerer.steps.signature import check_arity, check_types, formal_types, op_schema
 
 __all__ = [
     "PREDICATE_FUNCTIONS",
@@ -50,6 +58,7 @@ __all__ = [
     "copy_of",
     "cross",
     "drop_input",
+    "formal_types",
     "is_neutral",
     "meaning_kept",
     "remove_attribute",
@@ -111,152 +120,6 @@ PREDICATE_FUNCTIONS: dict[str, Callable[[Emitter, onnx.NodeProto], bool]] = {
     "input_2_present": lambda em, node: _present(node, 2),
     "input_3_present": lambda em, node: _present(node, 3),
 }
-
-
-# -- attributes ---------------------------------------------------------------------------------
-def copy_of(node: onnx.NodeProto) -> onnx.NodeProto:
-    """A copy of ``node`` to adjust (the original stays as it is)."""
-    made = onnx.NodeProto()
-    made.CopyFrom(node)
-    return made
-
-
-def attribute(node: onnx.NodeProto, name: str) -> onnx.AttributeProto | None:
-    """The attribute ``name`` of ``node``, or None."""
-    for a in node.attribute:
-        if a.name == name:
-            found: onnx.AttributeProto = a
-            return found
-    return None
-
-
-def attribute_value(node: onnx.NodeProto, name: str) -> object:
-    """The Python value of attribute ``name`` (strings decoded), or None when absent."""
-    a = attribute(node, name)
-    if a is None:
-        return None
-    value = helper.get_attribute_value(a)
-    if isinstance(value, bytes):
-        return value.decode("utf-8", "replace")
-    if isinstance(value, list) and value and isinstance(value[0], bytes):
-        return [v.decode("utf-8", "replace") for v in value]
-    return value
-
-
-def remove_attribute(node: onnx.NodeProto, name: str) -> None:
-    """Drop every attribute named ``name``."""
-    for i in range(len(node.attribute) - 1, -1, -1):
-        if node.attribute[i].name == name:
-            del node.attribute[i]
-
-
-def set_attribute(node: onnx.NodeProto, name: str, value: object) -> None:
-    """Set attribute ``name`` (replacing any), with the type ``helper.make_attribute`` infers."""
-    remove_attribute(node, name)
-    node.attribute.append(helper.make_attribute(name, value))
-
-
-def is_neutral(value: object, neutral: Sequence[object]) -> bool:
-    """Whether an attribute value is one of the ``neutral`` ones (``ONES``: a list of ones)."""
-    for n in neutral:
-        if n == ONES:
-            if isinstance(value, list) and all(v == 1 for v in value):
-                return True
-        elif isinstance(n, bytes) and isinstance(value, str):
-            if n.decode() == value:
-                return True
-        elif isinstance(value, list) and isinstance(n, (list, tuple)):
-            if list(value) == list(n):
-                return True
-        elif value == n:
-            return True
-    return False
-
-
-# -- types --------------------------------------------------------------------------------------
-@functools.lru_cache(maxsize=4096)
-def _schema(op: str, opset: int) -> onnx.defs.OpSchema:
-    return onnx.defs.get_schema(op, opset)
-
-
-@functools.lru_cache(maxsize=4096)
-def formal_types(op: str, opset: int) -> tuple[tuple[tuple[frozenset[str], bool, bool], ...],
-                                               tuple[tuple[frozenset[str], bool, bool], ...]]:
-    """Per formal input and output of ``op`` at ``opset``: (allowed type strings, variadic, shared with an input)."""
-    schema = _schema(op, opset)
-    params = {c.type_param_str: frozenset(c.allowed_type_strs) for c in schema.type_constraints}
-    input_params = {p.type_str for p in schema.inputs}
-    variadic = onnx.defs.OpSchema.FormalParameterOption.Variadic
-
-    def describe(p: onnx.defs.OpSchema.FormalParameter, is_output: bool) -> tuple[frozenset[str], bool, bool]:
-        allowed = params.get(p.type_str, frozenset({p.type_str}))
-        return allowed, p.option == variadic, is_output and p.type_str in input_params
-
-    return (tuple(describe(p, False) for p in schema.inputs), tuple(describe(p, True) for p in schema.outputs))
-
-
-@functools.lru_cache(maxsize=4096)
-def _type_params(op: str, opset: int) -> tuple[tuple[str | None, ...], tuple[str | None, ...]]:
-    """The type parameter each formal input and output of ``op`` at ``opset`` binds (None: binds nothing).
-
-    A heterogeneous variadic parameter (If's outputs, Loop's carried values) lets each value
-    have its own type, so it binds nothing.
-    """
-    schema = _schema(op, opset)
-    variadic = onnx.defs.OpSchema.FormalParameterOption.Variadic
-
-    def param(p: onnx.defs.OpSchema.FormalParameter) -> str | None:
-        return None if p.option == variadic and not p.is_homogeneous else p.type_str
-
-    return tuple(param(p) for p in schema.inputs), tuple(param(p) for p in schema.outputs)
-
-
-def check_types(em: Emitter, node: onnx.NodeProto, opset: int, why: str) -> None:
-    """Refuse unless every type ``node`` uses is allowed by its schema at ``opset``.
-
-    Each input and output must be of a type its formal parameter allows there, and the values
-    bound to one type parameter must share one type (Pow-7's base and exponent; Pow-12 let
-    them differ).
-    """
-    inputs, outputs = formal_types(node.op_type, opset)
-    params = _type_params(node.op_type, opset)
-    bound: dict[str, tuple[str, str]] = {}
-    for names, formals, kinds, kind in ((node.input, inputs, params[0], "input"),
-                                        (node.output, outputs, params[1], "output")):
-        for i, name in enumerate(names):
-            if not name:
-                continue
-            if not formals or (i >= len(formals) and not formals[-1][1]):
-                em.refuse(f"{why}: it has more {kind}s than {node.op_type} takes there")
-            position = min(i, len(formals) - 1)
-            allowed, _, shared = formals[position]
-            param = kinds[position]
-            if shared and param is not None:
-                continue  # typed by an input, checked there (a heterogeneous variadic, Loop's, binds nothing)
-            spelled = em.facts.type_str(name)
-            if spelled is None:
-                em.refuse(f"{why}, and the type of {kind} {name!r} is unknown; {ADD_TYPES}")
-            if spelled not in allowed:
-                if spelled == "tensor(bfloat16)" and opset < 13:
-                    em.refuse(f"bfloat16 input, and no op accepts bfloat16 below opset 13 (not even Cast): {kind} "
-                              f"{name!r} of {node.op_type}; choose a target opset >= 13")
-                em.refuse(f"{why}: {kind} {name!r} is {spelled}, which {node.op_type} does not accept there")
-            if param is None:
-                continue
-            first = bound.setdefault(param, (name, spelled))
-            if first[1] != spelled:
-                em.refuse(f"{why}: {first[0]!r} ({first[1]}) and {name!r} ({spelled}) must share one type there")
-
-
-def check_arity(em: Emitter, node: onnx.NodeProto, opset: int) -> None:
-    """Refuse unless ``node`` has as many inputs and outputs as its schema at ``opset`` allows."""
-    schema = _schema(node.op_type, opset)
-    for count, low, high, what in ((len(node.input), schema.min_input, schema.max_input, "takes"),
-                                   (len(node.output), schema.min_output, schema.max_output, "makes")):
-        if not low <= count <= high:
-            bounds = f"at least {low}" if high >= 1 << 30 else f"{low} to {high}" if low != high else f"{low}"
-            kind = "inputs" if what == "takes" else "outputs"
-            em.refuse(f"{node.op_type}-{schema.since_version} {what} {bounds} {kind} and this node has {count}")
 
 
 # -- crossing -----------------------------------------------------------------------------------
@@ -499,7 +362,7 @@ def _strip_trailing_inputs(node: onnx.NodeProto) -> None:
 
 def _inputs_to_attributes(em: Emitter, node: onnx.NodeProto, step: Step, moved: list[AttrToInput]) -> None:
     """Down: each moved input, a constant, becomes the older version's attribute again."""
-    old = _schema(step.op, step.previous)
+    old = op_schema(step.op, step.previous)
     for change in sorted(moved, key=lambda c: -c.input):
         if change.input >= len(node.input) or not node.input[change.input]:
             continue
