@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable
-from dataclasses import dataclass, field
 from typing import Any
 
 import onnx
@@ -41,6 +40,7 @@ from lowerer.steps.changes import (
     Semantics,
     Types,
 )
+from lowerer.steps.conversion import Conversion, Pick, Picker, first_version, refuse_attribute_references
 from lowerer.steps.emitter import Emitter, Rule
 from lowerer.steps.expansion import expand, has_body
 from lowerer.steps.registry import (
@@ -51,7 +51,6 @@ from lowerer.steps.registry import (
     Registry,
     Request,
     Resolution,
-    history,
     next_step,
     step_ends,
 )
@@ -69,50 +68,6 @@ _UP_NEUTRAL = (AttrAdded, NegativeValues, Broadcast, OptionalInput, InputAdded, 
 _MAX_PICK_DEPTH = 4
 
 
-@dataclass
-class Conversion:
-    """What replaces one node: nodes valid at the target, new constants, and each entry applied."""
-
-    nodes: list[onnx.NodeProto]
-    constants: list[onnx.TensorProto] = field(default_factory=list)
-    #: Each registry entry applied, in order (provenance).
-    crossings: list[Crossing] = field(default_factory=list)
-    #: The version and name of the node being converted (messages name the user's node by them).
-    first_version: int | None = None
-    first_name: str = ""
-
-    @property
-    def expanded(self) -> bool:
-        """Whether a function body was expanded (its arithmetic may round differently: judged by a budget)."""
-        return any(c.kind == "expansion" or c.budgeted for c in self.crossings)
-
-
-@dataclass(frozen=True)
-class Pick:
-    """The form a backend profile picked for one node at the target (``--for BACKEND``).
-
-    Attributes:
-        form: the registry form's name (``argmax-flip``, ``hardmax``, ``expand`` ...).
-        params: what the form's rule is built with (a profile entry's literal input positions ...).
-        keep_if_refused: called with the refusal when the form cannot make the node; True keeps the node
-            as it is (a backend fallback the caller allowed), False lets the refusal stand.
-    """
-
-    form: str
-    params: tuple[object, ...] = ()
-    keep_if_refused: Callable[[onnx.NodeProto, Scope, ConversionError], bool] | None = None
-
-
-#: Given a default-domain node at the target, its scope, its since-version and the facts: a :class:`Pick` or None.
-Picker = Callable[[onnx.NodeProto, Scope, int, Facts], "Pick | None"]
-
-
-def first_version(op: str) -> int | None:
-    """The version ``op`` was introduced at (None for an unknown op)."""
-    versions = history(op)
-    return versions[0] if versions else None
-
-
 def _types_only_widen(op: str, previous: int, version: int) -> bool:
     """Whether every formal parameter of ``op`` accepts at ``version`` all it accepted at ``previous``."""
     before = generic.formal_types(op, previous)
@@ -121,22 +76,6 @@ def _types_only_widen(op: str, previous: int, version: int) -> bool:
         if not old[0] <= new[0]:
             return False
     return len(before[0]) == len(after[0]) and len(before[1]) == len(after[1])
-
-
-def refuse_attribute_references(node: onnx.NodeProto, scope: Scope, op: str, target: int) -> None:
-    """Refuse to rewrite a node (in a function) whose attributes refer to the function's attributes.
-
-    Such an attribute (``ref_attr_name``) has its value per call site, not in the node: a rule
-    or step would read it as absent (axis 0 ...) and compute something else.
-    """
-    refs = [(a.name, a.ref_attr_name) for a in node.attribute if a.ref_attr_name]
-    if refs:
-        listed = ", ".join(f"{name}=@{ref}" for name, ref in refs)
-        raise ConversionError(
-            f"node {node_label(node)} ({op}, in {scope.path}) cannot be converted to opset {target}: its "
-            f"attribute(s) {listed} refer to the function's attributes, whose values come from each call; "
-            "lowerer converts only nodes with literal attribute values (inline the function or give literal "
-            "values)", node=node, scope=scope.path)
 
 
 class StepEngine:
