@@ -31,7 +31,8 @@ class Probe:
 
     Attributes:
         name: unique, ``Softmax-11-axis1`` (op-version and what varies).
-        group: the family (``mission``, ``topk``, ``reduce``, ``shape``, ``forms``, ``expansion``).
+        group: the family (``mission``, ``topk``, ``ties16``, ``reduce``, ``shape``, ``forms``, ``expansion``,
+            ``reduce-forms``).
         tests: what a wrong result would mean, in a few words.
         model: the model (weights inside).
         feeds: its inputs by name.
@@ -76,6 +77,19 @@ def _rows64() -> np.ndarray:
     rows[2, :] = 1.0
     rows[3, [62, 63]] = 7.0
     rows[4] = np.arange(64, dtype=np.float32) % 8
+    rows[5, [0, 1, 2]] = -1.0
+    rows[5, 3:] = -2.0
+    return rows
+
+
+def _rows16() -> np.ndarray:
+    """Rows of 16 (the shortest rows OpenVINO 2023.0/2024.0 break ties on) with ties, as :func:`_rows64`."""
+    rows = np.zeros((6, 16), np.float32)
+    rows[0, [0, 15]] = 5.0
+    rows[1, [3, 7, 11, 15]] = 2.0
+    rows[2, :] = 1.0
+    rows[3, [14, 15]] = 7.0
+    rows[4] = np.arange(16, dtype=np.float32) % 4
     rows[5, [0, 1, 2]] = -1.0
     rows[5, 3:] = -2.0
     return rows
@@ -154,6 +168,28 @@ def _topk() -> list[Probe]:
                                 f"{axis} ({'last' if axis else 'not last'})", model, {"x": data}))
     model = make_model([helper.make_node("GlobalMaxPool", ["x"], ["y"])], [("x", _F, (2, 3, 4, 5))], [("y", _F)], 13)
     probes.append(Probe("GlobalMaxPool-1", "topk", "GlobalMaxPool over H, W", model, {"x": ties((2, 3, 4, 5), 3)}))
+    return probes
+
+
+def _ties16() -> list[Probe]:
+    """ArgMax/ArgMin/Hardmax over rows of 16 with ties (last axis), and Hardmax-1/11's coerced rows of 64."""
+    probes: list[Probe] = []
+    for op in ("ArgMax", "ArgMin"):
+        for opset in (1, 11, 12, 13):
+            for keepdims in (0, 1):
+                probes.append(_one(op, opset, _rows16(), _I64, name=f"{op}-{opset}-rows16-keepdims{keepdims}",
+                                   group="ties16", axis=1, keepdims=keepdims,
+                                   tests=f"{op}-{opset} rows of 16 with ties: first extremum"))
+        for opset in (12, 13):
+            probes.append(_one(op, opset, _rows16(), _I64, name=f"{op}-{opset}-rows16-last", group="ties16", axis=-1,
+                               keepdims=1, select_last_index=1, tests=f"{op}-{opset} last extremum on rows of 16"))
+    for opset in (1, 11, 13):
+        probes.append(_one("Hardmax", opset, _rows16(), name=f"Hardmax-{opset}-rows16", group="ties16", axis=1,
+                           tests=f"Hardmax-{opset} on rows of 16 with ties"))
+    coerced = np.stack([_rows16()[:4], _rows16()[2:]]).astype(np.float32)  # (2, 4, 16): rows of 64 from axis 1
+    for opset in (1, 11):
+        probes.append(_one("Hardmax", opset, coerced, name=f"Hardmax-{opset}-coerced64", group="ties16", axis=1,
+                           tests=f"Hardmax-{opset} axis=1 of (2, 4, 16): coerced rows of 64 with ties"))
     return probes
 
 
@@ -300,7 +336,7 @@ def _limits() -> list[Probe]:
 
 def base_probes() -> list[Probe]:
     """Every probe but the expansion bodies (no lowerer conversion needed)."""
-    return [*_mission(), *_topk(), *_reduce(), *_shape(), *_forms(), *_limits()]
+    return [*_mission(), *_topk(), *_ties16(), *_reduce(), *_shape(), *_forms(), *_limits()]
 
 
 #: One-node models whose expansion bodies lowerer writes, and the targets they are written for.

@@ -2,7 +2,8 @@
 
 A profile (``lowerer/backends/<name>.json``) lists entries. Each entry names an op (or several),
 the range of its since-versions, an optional condition on the node (attribute values, attributes
-written at all, input element types, whether an input is a literal constant, the rank, static dims), what lowerer does
+written at all, input element types, whether an input is a literal constant, a constant input's value, the rank,
+static dims), what lowerer does
 with such a node (``rewrite``: the name of an exact form, or null when lowerer has none), why the
 backend cannot run it, and the source of that statement (a document or code location). Entries
 that could not be confirmed in their source say so (``"confirmed": false`` and a ``note``).
@@ -25,6 +26,7 @@ from dataclasses import dataclass, field
 from importlib import resources
 from typing import TYPE_CHECKING, Any
 
+import numpy as np
 import onnx
 
 from lowerer.backends.loads import Loads, loads_for, parse_loads
@@ -57,8 +59,8 @@ REWRITES: dict[str, str] = {
     "expand": "the op's ONNX function body",
 }
 
-_CONDITIONS = frozenset({"attribute", "attributes_present", "dtypes", "not_dtypes", "literal_inputs", "rank_not",
-                         "axis_not_last", "dynamic_shape", "axis_size_dynamic"})
+_CONDITIONS = frozenset({"attribute", "attributes_present", "dtypes", "not_dtypes", "literal_inputs", "input_values",
+                         "rank_not", "axis_not_last", "dynamic_shape", "axis_size_dynamic"})
 _ENTRY_KEYS = frozenset({"op", "ops", "versions", "when", "rewrite", "why", "source", "confirmed", "note",
                          "backend_versions"})
 _AXIS_OPS = frozenset({"Hardmax", "Softmax", "LogSoftmax"})
@@ -357,6 +359,12 @@ def _entry(item: object, where: str) -> Entry:
     when = item.get("when", {})
     if not isinstance(when, dict) or set(when) - _CONDITIONS:
         raise InputError(f"profile {where}: 'when' may hold only {', '.join(sorted(_CONDITIONS))}")
+    values = when.get("input_values", {})
+    if not isinstance(values, dict) or not all(
+            isinstance(k, str) and k.isdigit() and isinstance(v, list) and v and
+            all(isinstance(x, (int, float)) and not isinstance(x, bool) for x in v) for k, v in values.items()):
+        raise InputError(f"profile {where}: 'input_values' must map input positions to lists of numbers "
+                         '({"1": [1]})')
     rewrite = item.get("rewrite")
     if rewrite is not None and rewrite not in REWRITES:
         raise InputError(f"profile {where}: unknown rewrite {rewrite!r} (known: {', '.join(REWRITES)})")
@@ -427,6 +435,24 @@ def _check_literal_inputs(node: onnx.NodeProto, version: int, facts: Facts, valu
     return False
 
 
+def _check_input_values(node: onnx.NodeProto, version: int, facts: Facts, value: Any) -> bool:
+    """Some listed input is present and holds a value among those listed, or is not provably constant (unknown: yes).
+
+    ``{"1": [1]}`` names TopK-10+ whose ``k`` (input 1) is 1 or computed at run time, and not one whose ``k`` is
+    a constant 3. The value is the one :meth:`lowerer.facts.Facts.value` proves (a literal, or folded).
+    """
+    for index, wanted in dict(value).items():
+        position = int(index)
+        if position >= len(node.input) or not node.input[position]:
+            continue
+        known = facts.value(node.input[position])
+        if known is None or np.asarray(known).dtype == object:
+            return True
+        if any(v in wanted for v in np.asarray(known).ravel().tolist()):
+            return True
+    return False
+
+
 def _check_rank_not(node: onnx.NodeProto, version: int, facts: Facts, value: Any) -> bool:
     """The first input's rank is not the one given (unknown: yes)."""
     rank = facts.rank(node.input[0]) if node.input else None
@@ -477,6 +503,7 @@ _CHECKS = {
     "dtypes": _check_dtypes,
     "not_dtypes": _check_not_dtypes,
     "literal_inputs": _check_literal_inputs,
+    "input_values": _check_input_values,
     "rank_not": _check_rank_not,
     "axis_not_last": _check_axis_not_last,
     "dynamic_shape": _check_dynamic_shape,
@@ -495,6 +522,8 @@ def _describe_condition(name: str, value: Any) -> str:
         return "on types other than " + "/".join(value)
     if name == "literal_inputs":
         return f"with input(s) {', '.join(map(str, value))} not a constant"
+    if name == "input_values":
+        return "with " + ", ".join(f"input {k} among {v} (or not constant)" for k, v in dict(value).items())
     if name == "rank_not":
         return f"of rank other than {value}"
     if name == "axis_not_last":

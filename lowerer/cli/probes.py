@@ -39,8 +39,8 @@ from lowerer.backends import witnesses
 from lowerer.backends.probe_models import EXPANSIONS, Probe, base_probes
 from lowerer.backends.witnesses import Witness, find_witness
 
-__all__ = ["BUDGETS", "DEFAULT_BUDGET", "Result", "compare", "expansion_probes", "main", "node_case_probes",
-           "run_probes", "summarize"]
+__all__ = ["BUDGETS", "DEFAULT_BUDGET", "Result", "compare", "expansion_probes", "form_probes", "main",
+           "node_case_probes", "run_probes", "summarize"]
 
 #: Float outputs may differ from onnxruntime CPU by this much x the output's largest magnitude.
 DEFAULT_BUDGET = 1e-5
@@ -145,6 +145,30 @@ def expansion_probes() -> list[Probe]:
             written = convert(model, target_opset=target).model
             probes.append(Probe(f"{name}-to{target}", "expansion", f"{name}'s body as lowerer writes it at "
                                 f"opset {target}", written, feeds))
+    return probes
+
+
+#: The profile the reduce forms' probes are written with: OpenVINO 2023.0's row and entries (``argmax-reduce``,
+#: ``hardmax-reduce``), as a range no witnessed release lies in, so the deployment check does not run during the
+#: conversion (the probe itself is the measurement, on every release).
+FORM_SPEC = "openvino<2023.0.1"
+#: The targets the reduce forms are written for (ReduceMax/ReduceMin-11 and -13, axes as an attribute).
+FORM_TARGETS = (11, 17)
+
+
+def form_probes() -> list[Probe]:
+    """ArgMax/ArgMin/Hardmax on rows of 16 and 64 with ties as ``argmax-reduce``/``hardmax-reduce`` write them."""
+    from lowerer.api import convert  # the probe suite is a leaf: nothing in lowerer imports it
+
+    probes = []
+    for source in base_probes():
+        if source.name.split("-")[0] not in ("ArgMax", "ArgMin", "Hardmax") or \
+                not any(kind in source.name for kind in ("-rows", "-coerced")):
+            continue
+        for target in FORM_TARGETS:
+            written = convert(source.model, target_opset=target, for_backend=FORM_SPEC).model
+            probes.append(Probe(f"{source.name}-reduce-to{target}", "reduce-forms", f"{source.name} as the reduce "
+                                f"form lowerer writes at opset {target} (no ArgMax/TopK)", written, source.feeds))
     return probes
 
 
@@ -332,7 +356,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if witness is None:
         print(f"probes: no witness: {why}", file=sys.stderr)
         return 2
-    probes = base_probes() + expansion_probes() + ([] if args.no_node_cases else node_case_probes())
+    probes = base_probes() + expansion_probes() + form_probes() + ([] if args.no_node_cases else node_case_probes())
     budget = BUDGETS.get(witness.runtime, DEFAULT_BUDGET)
     results = run_probes(witness, probes, budget)
     print(_table(results))
