@@ -1,7 +1,7 @@
 """The named passes of a conversion, composed once in :data:`PIPELINE`, and the gates around them.
 
 The package owns the options every entry point checks (:mod:`.options`), the conversion walk
-(:mod:`.pipeline`, :mod:`.relabels`), the clean-up (:mod:`.cleanup`), the output's gates
+(:mod:`.pipeline`, :mod:`.relabels`, :mod:`.scan_shapes`), the clean-up (:mod:`.cleanup`), the output's gates
 (:mod:`.validation`, :mod:`.runtime_gate`), ``--optimize`` (:mod:`.optimize`) and how far a model can go
 (:mod:`.reach`). It may import everything below the API (backends, rules, verification, steps, facts,
 model I/O, core), nothing above.
