@@ -159,6 +159,15 @@ def _topk() -> list[Probe]:
             model = make_model([node], [("x", _F, long_rows.shape)], [("v", _F), ("i", _I64)], opset, inits)
             probes.append(Probe(f"TopK-{opset}-k{count}-rows64", "topk", f"TopK-{opset} k={count} on rows of 64 "
                                 "zeros and ones: the lower index first", model, {"x": long_rows}))
+    # k from 2 to 6 right, 1 and 7+ wrong on rows of 16 to 1024 with ties on OpenVINO 2023.0-2026.4 (measured)
+    ties256 = np.concatenate([np.ones((2, 256), np.float32),
+                              np.random.default_rng(13).integers(0, 3, size=(4, 256)).astype(np.float32)])
+    for count, largest in ((2, 1), (6, 1), (7, 1), (20, 1), (3, 0), (7, 0)):
+        node = helper.make_node("TopK", ["x", "k"], ["v", "i"], axis=-1, largest=largest)
+        inits = [numpy_helper.from_array(np.array([count], np.int64), "k")]
+        model = make_model([node], [("x", _F, ties256.shape)], [("v", _F), ("i", _I64)], 11, inits)
+        probes.append(Probe(f"TopK-11-k{count}-largest{largest}-ties256", "topk", f"TopK-11 k={count} on rows of 256 "
+                            "all equal or in 0..2: the lower index first", model, {"x": ties256}))
     for op in ("ArgMax", "ArgMin"):
         for axis in (0, 1):
             data = long_rows if axis == 1 else np.ascontiguousarray(long_rows.T)

@@ -59,8 +59,8 @@ REWRITES: dict[str, str] = {
     "expand": "the op's ONNX function body",
 }
 
-_CONDITIONS = frozenset({"attribute", "attributes_present", "dtypes", "not_dtypes", "literal_inputs", "input_values",
-                         "rank_not", "axis_not_last", "dynamic_shape", "axis_size_dynamic"})
+_CONDITIONS = frozenset({"attribute", "attributes_present", "dtypes", "not_dtypes", "literal_inputs",
+                         "input_values_outside", "rank_not", "axis_not_last", "dynamic_shape", "axis_size_dynamic"})
 _ENTRY_KEYS = frozenset({"op", "ops", "versions", "when", "rewrite", "why", "source", "confirmed", "note",
                          "backend_versions"})
 _AXIS_OPS = frozenset({"Hardmax", "Softmax", "LogSoftmax"})
@@ -359,12 +359,12 @@ def _entry(item: object, where: str) -> Entry:
     when = item.get("when", {})
     if not isinstance(when, dict) or set(when) - _CONDITIONS:
         raise InputError(f"profile {where}: 'when' may hold only {', '.join(sorted(_CONDITIONS))}")
-    values = when.get("input_values", {})
+    values = when.get("input_values_outside", {})
     if not isinstance(values, dict) or not all(
             isinstance(k, str) and k.isdigit() and isinstance(v, list) and v and
             all(isinstance(x, (int, float)) and not isinstance(x, bool) for x in v) for k, v in values.items()):
-        raise InputError(f"profile {where}: 'input_values' must map input positions to lists of numbers "
-                         '({"1": [1]})')
+        raise InputError(f"profile {where}: 'input_values_outside' must map input positions to lists of numbers "
+                         '({"1": [2, 3]})')
     rewrite = item.get("rewrite")
     if rewrite is not None and rewrite not in REWRITES:
         raise InputError(f"profile {where}: unknown rewrite {rewrite!r} (known: {', '.join(REWRITES)})")
@@ -435,20 +435,21 @@ def _check_literal_inputs(node: onnx.NodeProto, version: int, facts: Facts, valu
     return False
 
 
-def _check_input_values(node: onnx.NodeProto, version: int, facts: Facts, value: Any) -> bool:
-    """Some listed input is present and holds a value among those listed, or is not provably constant (unknown: yes).
+def _check_input_values_outside(node: onnx.NodeProto, version: int, facts: Facts, value: Any) -> bool:
+    """Some listed input is present and holds a value outside those listed, or is not provably constant.
 
-    ``{"1": [1]}`` names TopK-10+ whose ``k`` (input 1) is 1 or computed at run time, and not one whose ``k`` is
-    a constant 3. The value is the one :meth:`lowerer.facts.Facts.value` proves (a literal, or folded).
+    ``{"1": [2, 3]}`` names TopK-10+ whose ``k`` (input 1) is 1, 4 or computed at run time (unknown counts as
+    matching: refused when unsure), and not one whose ``k`` is a constant 2. The value is the one
+    :meth:`lowerer.facts.Facts.value` proves (a literal, or folded from constants).
     """
-    for index, wanted in dict(value).items():
+    for index, allowed in dict(value).items():
         position = int(index)
         if position >= len(node.input) or not node.input[position]:
             continue
         known = facts.value(node.input[position])
         if known is None or np.asarray(known).dtype == object:
             return True
-        if any(v in wanted for v in np.asarray(known).ravel().tolist()):
+        if any(v not in allowed for v in np.asarray(known).ravel().tolist()):
             return True
     return False
 
@@ -503,7 +504,7 @@ _CHECKS = {
     "dtypes": _check_dtypes,
     "not_dtypes": _check_not_dtypes,
     "literal_inputs": _check_literal_inputs,
-    "input_values": _check_input_values,
+    "input_values_outside": _check_input_values_outside,
     "rank_not": _check_rank_not,
     "axis_not_last": _check_axis_not_last,
     "dynamic_shape": _check_dynamic_shape,
@@ -522,8 +523,8 @@ def _describe_condition(name: str, value: Any) -> str:
         return "on types other than " + "/".join(value)
     if name == "literal_inputs":
         return f"with input(s) {', '.join(map(str, value))} not a constant"
-    if name == "input_values":
-        return "with " + ", ".join(f"input {k} among {v} (or not constant)" for k, v in dict(value).items())
+    if name == "input_values_outside":
+        return "with " + ", ".join(f"input {k} not a constant among {v}" for k, v in dict(value).items())
     if name == "rank_not":
         return f"of rank other than {value}"
     if name == "axis_not_last":
