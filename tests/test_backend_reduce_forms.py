@@ -208,3 +208,50 @@ def test_wrong_variants_fail_verification(use_profile: Any, monkeypatch: pytest.
     onnx.save(model, source)
     run = CliRunner().invoke(main, ["convert", str(source), "-o", str(tmp_path / "out.onnx"), "--for", "openvino"])
     assert run.exit_code == 1, run.output
+
+
+# -- the shipped openvino profile ----------------------------------------------------------------------
+
+def test_openvino_below_2025_takes_the_reduce_forms_at_opset_17() -> None:
+    nodes = [helper.make_node("ArgMax", ["x"], ["a"], name="amax", axis=-1, keepdims=0),
+             helper.make_node("ArgMin", ["x"], ["b"], name="amin", axis=1, select_last_index=1),
+             helper.make_node("Hardmax", ["x"], ["h"], name="hmax", axis=-1),
+             helper.make_node("Shape", ["x"], ["s"], name="shp", start=1)]
+    model = _model(nodes, [_input("x", F, 3, True)], 20)
+    for spec in ("openvino==2023.0", "openvino==2024.0"):
+        result = lowerer.convert(model, for_backend=spec)
+        assert result.model.opset_import[0].version == 17
+        assert not _ops(result.model) & _NOT_LEFT
+        assert not [n for n in result.model.graph.node if n.op_type == "Shape" and n.attribute]
+        assert all(r.status == "verified" for r in result.report.rewrites), result.report.rewrites
+        assert _compare(model, result.model, True) > 0
+
+
+def _topk_model(k: np.ndarray | None) -> onnx.ModelProto:
+    """TopK-11 over rows of 8; ``k`` a Constant node's value, or (None) an input computed at run time."""
+    nodes = [] if k is None else [helper.make_node("Constant", [], ["k"], value=onnx.numpy_helper.from_array(k))]
+    nodes.append(helper.make_node("TopK", ["x", "k"], ["v", "i"], name="top", axis=-1))
+    inputs = [helper.make_tensor_value_info("x", F, [3, 8])]
+    inputs += [helper.make_tensor_value_info("k", I64, [1])] if k is None else []
+    return _model(nodes, inputs, 13)
+
+
+@pytest.mark.parametrize("spec", ["openvino==2024.0", "openvino==2026.4"])
+def test_topk_refused_unless_k_is_a_constant_from_2_to_6(spec: str) -> None:
+    for k in (2, 6):
+        written = lowerer.convert(_topk_model(np.array([k], np.int64)), for_backend=spec, verify=False)
+        assert "TopK" in _ops(written.model)
+    for k in (1, 7):
+        with pytest.raises(ConversionError, match=r"node 'top' \(TopK-11.*openvino==[0-9.]+ cannot run it"):
+            lowerer.convert(_topk_model(np.array([k], np.int64)), for_backend=spec, verify=False)
+    with pytest.raises(ConversionError, match=r"node 'top' \(TopK-11.*openvino==[0-9.]+ cannot run it"):
+        lowerer.convert(_topk_model(None), for_backend=spec, verify=False)  # k computed at run time: unknown
+    assert lowerer.convert(_topk_model(None), for_backend="openvino==2025.4", verify=False).model is not None
+
+
+def test_input_values_outside_is_checked() -> None:
+    import lowerer.backends.profile as profile_module
+
+    entry = {"op": "TopK", "when": {"input_values_outside": {"1": "2"}}, "why": "w", "source": "s"}
+    with pytest.raises(lowerer.core.errors.InputError, match="'input_values_outside' must map input positions"):
+        profile_module.parse_profile({"provider": "P", "entries": [entry]}, "bad.json")
