@@ -37,11 +37,11 @@ from lowerer.steps.emitter import Emitter, attr, normalize_axis
 __all__ = ["ArgReduceForm", "HardmaxReduceForm", "extremum_index_reduce"]
 
 T = onnx.TensorProto
-_FLOATS = frozenset({T.FLOAT16, T.FLOAT, T.DOUBLE})
+_FLOATS: frozenset[int] = frozenset({T.FLOAT16, T.FLOAT, T.DOUBLE})
 #: Types ReduceMax/ReduceMin take with an onnxruntime kernel (measured with onnxruntime 1.32.0: no uint32/uint64
 #: kernel; int8/uint8 from version 12; int16/uint16 not in the schema).
-_REDUCE_TAKES = _FLOATS | {T.INT32, T.INT64}
-_WIDER = {T.INT8: T.INT32, T.UINT8: T.INT32, T.INT16: T.INT32, T.UINT16: T.INT32, T.UINT32: T.INT64,
+_REDUCE_TAKES: frozenset[int] = _FLOATS | {T.INT32, T.INT64}
+_WIDER: dict[int, int] = {T.INT8: T.INT32, T.UINT8: T.INT32, T.INT16: T.INT32, T.UINT16: T.INT32, T.UINT32: T.INT64,
           T.BFLOAT16: T.FLOAT}
 
 
