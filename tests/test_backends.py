@@ -143,6 +143,9 @@ def _cases() -> list[tuple[str, str, onnx.ModelProto]]:
                                  helper.make_node("Softmax", ["d"], ["t"], name="softmax_dynamic", axis=0)],
                                 [helper.make_tensor_value_info("x", F, [2, 3, 4]),
                                  helper.make_tensor_value_info("d", F, ["n", 3])], ["s", "t"], 11)
+    below_2025 = _hardmax_and_argmax(15)  # OpenVINO < 2025: the reduce forms, Shape start/end as Shape + Slice
+    below_2025.graph.node.append(helper.make_node("Shape", ["x"], ["s"], name="shape_tail", start=1))
+    below_2025.graph.output.append(helper.make_tensor_value_info("s", I64, [2]))
     cuda_bf16_pool = _model([helper.make_node("GlobalMaxPool", ["p"], ["g"], name="pool_bf16")],
                             [helper.make_tensor_value_info("p", BF16, [1, 2, 3, 3])], ["g"], 22)
     return [
@@ -158,6 +161,7 @@ def _cases() -> list[tuple[str, str, onnx.ModelProto]]:
         ("tensorrt>=9.2", "tensorrt>=9.2", hardmax_dynamic),
         ("openvino", "openvino", _hardmax_and_argmax(7)),
         ("openvino-softmax-2d-meaning", "openvino==2026.4", softmax_2d_meaning),
+        ("openvino<2025", "openvino==2024.0", below_2025),
         ("coreml-softmaxes", "coreml", softmaxes),
         ("coreml-argmax", "coreml", _hardmax_and_argmax(13, argmin=False)),
         ("qnn<1.17", "qnn<1.17", _model([helper.make_node("GlobalMaxPool", ["p"], ["g"], name="pool"),
@@ -230,7 +234,8 @@ def test_profile_entries_triggered_and_removed(spec: str, model: onnx.ModelProto
         assert r.details.get("reference_only", []) == alone, (r.node, r.details)
     assert {r.rule for r in result.report.rewrites} <= {"hardmax-decomposition", "globalmaxpool-decomposition",
                                                          "argmax-flip", "last-axis", "constant-inputs",
-                                                         "function-expansion"}
+                                                         "function-expansion", "argmax-reduce", "hardmax-reduce",
+                                                         "shape-slice"}
     if any(vi.type.tensor_type.elem_type == BF16 for vi in model.graph.input):
         return  # onnxruntime's Python API exchanges no bfloat16: each rewrite was checked on the numpy reference
     feeds = _feeds(model)

@@ -312,7 +312,9 @@ def summarize(results: Sequence[Result]) -> dict[str, Any]:
 
 def _record(witness: Witness, results: Sequence[Result], command: str, budget: float) -> dict[str, Any]:
     extra = _bundled(witness)
-    return {"runtime": witness.runtime, "version": witness.version, **extra, "label": witness.label,
+    version = witness.version.split(" (")[0]  # onnxruntime-openvino's "1.24.1 (OpenVINO 2025.4.1)": in "openvino"
+    label = witness.label.replace(witness.version, version)
+    return {"runtime": witness.runtime, "version": version, **extra, "label": label,
             "date": datetime.date.today().isoformat(), "command": command, "reference": f"onnxruntime "
             f"{ort.__version__} CPUExecutionProvider", "budget": budget, "summary": summarize(results),
             "results": {r.name: {k: v for k, v in asdict(r).items() if v not in ("", None, ()) and k != "name"}
