@@ -218,7 +218,8 @@ class ShapeSliceForm(Rule):
 
     Shape clamps ``start``/``end`` (negative: counted from the back) to ``[0, rank]`` and gives an
     empty result when ``start >= end``; Slice-13 clamps its constant ``starts``/``ends`` the same
-    way (an absent ``end`` is ``INT64_MAX``). A Shape with neither (or ``start=0`` alone) stays as it is.
+    way (an absent ``end`` is ``INT64_MAX``). A Shape with neither stays as it is; ``start=0`` alone (the whole
+    shape, as torch's exporter writes it) is dropped, so no bound is left for a backend to misread.
     """
 
     name = "shape-slice"
@@ -232,7 +233,7 @@ class ShapeSliceForm(Rule):
         start = attr(node, "start")
         end = attr(node, "end")
         if start in (None, 0) and end is None:
-            em.copy_node()
+            em.copy_node(start=None)
             return
         whole = em.fresh(f"{node.output[0]}_whole")
         copy = em.copy_node(start=None, end=None)
