@@ -59,7 +59,7 @@ REWRITES: dict[str, str] = {
     "expand": "the op's ONNX function body",
 }
 
-_CONDITIONS = frozenset({"attribute", "attributes_present", "dtypes", "not_dtypes", "literal_inputs",
+_CONDITIONS = frozenset({"attribute", "attribute_in", "attributes_present", "dtypes", "not_dtypes", "literal_inputs",
                          "input_values_outside", "rank_not", "axis_not_last", "dynamic_shape", "axis_size_dynamic"})
 _ENTRY_KEYS = frozenset({"op", "ops", "versions", "when", "rewrite", "why", "source", "confirmed", "note",
                          "backend_versions"})
@@ -392,18 +392,24 @@ def _attr_value(node: onnx.NodeProto, name: str) -> Any:
     return None
 
 
+def _attribute_or_default(node: onnx.NodeProto, version: int, name: str) -> Any:
+    """The attribute's value (its schema default when absent; strings decoded, as a profile writes them)."""
+    got = _attr_value(node, name)
+    if got is None:
+        spec = onnx.defs.get_schema(node.op_type, version).attributes.get(name)
+        default = spec.default_value if spec is not None else None
+        got = onnx.helper.get_attribute_value(default) if default is not None and default.type else None
+    return got.decode("utf-8", "replace") if isinstance(got, bytes) else got
+
+
 def _check_attribute(node: onnx.NodeProto, version: int, facts: Facts, value: Any) -> bool:
     """Every named attribute has the value given (an absent one has its schema default)."""
-    schema = onnx.defs.get_schema(node.op_type, version)
-    for name, wanted in dict(value).items():
-        got = _attr_value(node, name)
-        if got is None:
-            spec = schema.attributes.get(name)
-            default = spec.default_value if spec is not None else None
-            got = onnx.helper.get_attribute_value(default) if default is not None and default.type else None
-        if got != wanted:
-            return False
-    return True
+    return all(_attribute_or_default(node, version, name) == wanted for name, wanted in dict(value).items())
+
+
+def _check_attribute_in(node: onnx.NodeProto, version: int, facts: Facts, value: Any) -> bool:
+    """Every named attribute's value is one of those listed (ScatterND's ``reduction`` in add, mul, max, min)."""
+    return all(_attribute_or_default(node, version, name) in list(wanted) for name, wanted in dict(value).items())
 
 
 def _check_attributes_present(node: onnx.NodeProto, version: int, facts: Facts, value: Any) -> bool:
@@ -500,6 +506,7 @@ def _check_axis_size_dynamic(node: onnx.NodeProto, version: int, facts: Facts, v
 
 _CHECKS = {
     "attribute": _check_attribute,
+    "attribute_in": _check_attribute_in,
     "attributes_present": _check_attributes_present,
     "dtypes": _check_dtypes,
     "not_dtypes": _check_not_dtypes,
@@ -515,6 +522,8 @@ _CHECKS = {
 def _describe_condition(name: str, value: Any) -> str:
     if name == "attribute":
         return "with " + ", ".join(f"{k}={v}" for k, v in dict(value).items())
+    if name == "attribute_in":
+        return "with " + ", ".join(f"{k} in {'/'.join(map(str, v))}" for k, v in dict(value).items())
     if name == "attributes_present":
         return "with " + " or ".join(value) + " set"
     if name == "dtypes":
