@@ -96,7 +96,8 @@ def witness_for(profile: Profile) -> tuple[Witness | None, str]:
     """The installed witness of ``profile``'s runtime at a release it names, or None and why not."""
     runtimes = WITNESSES_FOR.get(profile.runtime)
     if not runtimes:
-        return None, f"lowerer has no witness for {profile.runtime or profile.name}: the profile was not run"
+        return None, (f"lowerer has no witness for {profile.runtime or profile.name}: the result was not run on "
+                      "the backend")
     reasons = []
     for runtime in runtimes:
         witness, why = find_witness(runtime)

@@ -286,7 +286,9 @@ class DeploymentPass(Pass):
     name = "deployment"
 
     def applies(self, state: State) -> bool:
-        return state.plan is not None and state.options.verify
+        # an onnxruntime execution provider's profile (cpu, cuda, dml ...): the placement pass opens the model
+        # with that provider itself, and the rewrites were verified in onnxruntime
+        return state.plan is not None and state.options.verify and state.plan.profile.runtime != "onnxruntime"
 
     def run(self, state: State) -> None:
         from lowerer.backends.deployment import check_deployment
