@@ -112,14 +112,18 @@ def witness_for(profile: Profile) -> tuple[Witness | None, str]:
 
 
 def check_deployment(original: onnx.ModelProto | None, converted: onnx.ModelProto, profile: Profile, report: Report,
-                     *, seed: int = 0, data_dir: Path | None = None) -> Deployment:
+                     *, seed: int = 0, data_dir: Path | None = None,
+                     found: tuple[Witness | None, str] | None = None) -> Deployment:
     """Run ``converted`` on the backend's runtime where it is installed; compare; record in ``report.backend``.
+
+    ``found``: :func:`witness_for`'s answer when the caller asked already (it then reads the original only
+    where a witness will run).
 
     Raises:
         VerificationError: the runtime refuses the converted model, dies, or computes another value for
             some output (see the module docstring).
     """
-    witness, why = witness_for(profile)
+    witness, why = found if found is not None else witness_for(profile)
     if witness is None:
         result = Deployment("not-run", why)
     elif _has_external_data(converted) or (original is not None and _has_external_data(original)):

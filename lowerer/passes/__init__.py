@@ -291,14 +291,15 @@ class DeploymentPass(Pass):
         return state.plan is not None and state.options.verify and state.plan.profile.runtime != "onnxruntime"
 
     def run(self, state: State) -> None:
-        from lowerer.backends.deployment import check_deployment
+        from lowerer.backends.deployment import check_deployment, witness_for
 
         assert state.plan is not None
+        found = witness_for(state.plan.profile)
         original = state.original
-        if original is None and state.serialized is not None:
+        if original is None and state.serialized is not None and found[0] is not None:  # parsed only to be run
             original = onnx.load_from_string(state.serialized)
         result = check_deployment(original, state.model, state.plan.profile, state.report, seed=state.options.seed,
-                                  data_dir=state.source_dir)
+                                  data_dir=state.source_dir, found=found)
         logger.info("deployment check: %s", result.reason)
 
 
