@@ -22,7 +22,7 @@ from onnx import TensorProto, helper
 
 import lowerer
 from lowerer.cli import main
-from lowerer.core.errors import ConversionError, VerificationError
+from lowerer.core.errors import ConversionError
 from lowerer.rules import REGISTRY, reduce_forms
 from lowerer.rules.reduce_forms import ArgReduceForm, HardmaxReduceForm
 from tests import test_backend_topk_forms
@@ -37,6 +37,7 @@ from tests.test_backend_topk_forms import (
     _model,
     _ops,
     _session,
+    assert_wrong_variant_fails,
 )
 
 F, F16, D, I32, I64 = TensorProto.FLOAT, TensorProto.FLOAT16, TensorProto.DOUBLE, TensorProto.INT32, TensorProto.INT64
@@ -200,14 +201,7 @@ def test_wrong_variants_fail_verification(use_profile: Any, monkeypatch: pytest.
     form = "hardmax-reduce" if op == "Hardmax" else "argmax-reduce"
     use_profile([_entry([op], form)])
     model = _model([helper.make_node(op, ["x"], ["y"], name="n", **attrs)], [_input("x", F, 3, False)], 17)
-    assert lowerer.convert(model, for_backend="openvino").report.rewrites[0].status == "verified"
-    monkeypatch.setattr(cls, method, wrong)
-    with pytest.raises(VerificationError, match=f"by rule '{form}'"):
-        lowerer.convert(model, for_backend="openvino")
-    source = tmp_path / "m.onnx"
-    onnx.save(model, source)
-    run = CliRunner().invoke(main, ["convert", str(source), "-o", str(tmp_path / "out.onnx"), "--for", "openvino"])
-    assert run.exit_code == 1, run.output
+    assert_wrong_variant_fails(model, form, monkeypatch, tmp_path, cls, method, wrong)
 
 
 # -- the shipped openvino profile ----------------------------------------------------------------------

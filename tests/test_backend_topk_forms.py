@@ -372,6 +372,12 @@ def test_wrong_variants_fail_verification(use_profile: Any, monkeypatch: pytest.
     form = {"ArgMax": "argmax-topk", "ArgMin": "argmax-topk", "Hardmax": "hardmax-topk", "Shape": "shape-slice"}[op]
     use_profile([_entry([op], form, {"attribute": {"start": 1}} if op == "Shape" else None)])
     model = _model([helper.make_node(op, ["x"], ["y"], name="n", **attrs)], [_input("x", F, 3, False)], 18)
+    assert_wrong_variant_fails(model, form, monkeypatch, tmp_path, cls, method, wrong)
+
+
+def assert_wrong_variant_fails(model: onnx.ModelProto, form: str, monkeypatch: pytest.MonkeyPatch, tmp_path: Path,
+                               cls: type, method: str, wrong: Any) -> None:
+    """The form verifies as it is; with ``cls.method`` made ``wrong``, verification fails (API) and exit 1 (CLI)."""
     assert lowerer.convert(model, for_backend="openvino").report.rewrites[0].status == "verified"
     monkeypatch.setattr(cls, method, wrong)
     with pytest.raises(VerificationError, match=f"by rule '{form}'"):
