@@ -33,6 +33,7 @@ from onnx import helper
 from lowerer.facts.shapes import type_proto
 from lowerer.model_io.scopes import node_graphs
 from lowerer.steps.emitter import Emitter
+from lowerer.steps.plain_forms import plain_forms
 from lowerer.steps.specialize import MadeRewrite, flatten_free_layer_norm, fold, reads_of
 
 __all__ = ["EXPANSION_RULE", "body_opsets", "expand", "expandable_ops", "has_body"]
@@ -237,7 +238,7 @@ def expand(em: Emitter, made: Mapping[str, MadeRewrite] | None = None) -> int:
     _resolve_references(copies, _attribute_values(node, schema))
     _literal_reshapes(copies, opset)
     _rename(copies, mapping, em)
-    for c in fold(copies, em, opset, wanted, made):
+    for c in plain_forms(fold(copies, em, opset, wanted, made), em, wanted):
         if node.metadata_props:
             c.metadata_props.extend(node.metadata_props)
         em.nodes.append(c)
