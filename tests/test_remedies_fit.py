@@ -72,3 +72,16 @@ def test_static_shapes_advised_only_for_dynamic_inputs() -> None:
     assert "make the input shapes static" not in message
     assert "input shapes are static already" in message and "onnxscript.optimizer.optimize" in message
     assert all("make the input shapes static" not in r["refusal"] for r in static.value.refused)  # type: ignore[attr-defined]
+
+
+@pytest.mark.parametrize(("runtime", "provider_named"), [("openvino", False), ("onnxruntime", True)])
+def test_backend_line_speaks_of_the_runtime_named(runtime: str, provider_named: bool) -> None:
+    from lowerer.backends.lowering import placement_line
+    from lowerer.backends.proof import NOT_PROVEN
+
+    record = {"spec": "x==1", "provider": "OpenVINOExecutionProvider", "rewritten": 0, "left": [],
+              "placement": NOT_PROVEN, "placement_detail": "OpenVINOExecutionProvider is not installed",
+              "loads": {"runtime": runtime}, "deployment": {"reason": "not run here"}}
+    line = placement_line(record)
+    assert ("OpenVINOExecutionProvider" in line) is provider_named
+    assert line.endswith("deployment: not run here")
