@@ -264,8 +264,12 @@ def placement_line(record: dict[str, Any]) -> str:
     left = len(record.get("left") or [])
     placement = record.get("placement") or "placement not checked"
     detail = record.get("placement_detail")
-    line = (f"backend {record['spec']} ({record['provider']}): {record['rewritten']} node(s) rewritten for it, "
-            f"{left} left to its fallback; {placement}" + (f" ({detail})" if detail else ""))
+    runtime = (record.get("loads") or {}).get("runtime") or "onnxruntime"
+    line = f"backend {record['spec']} ({record['provider'] if runtime == 'onnxruntime' else runtime}): " + (
+        f"{record['rewritten']} node(s) rewritten for it, {left} left to its fallback")
+    if runtime == "onnxruntime" or record.get("placement_classes") or placement != NOT_PROVEN:
+        line += f"; {placement}" + (f" ({detail})" if detail else "")
+    # else: the placement concerns onnxruntime's provider of a runtime the user named on its own (the report keeps it)
     if record.get("chosen"):
         line += f"; version: {record['chosen']}"
     deployment = record.get("deployment")

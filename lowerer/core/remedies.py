@@ -17,12 +17,14 @@ __all__ = [
     "ADD_SHAPES_STATIC",
     "ADD_TYPES",
     "FALLBACK",
+    "FOLD_FIRST",
     "MAKE_CONSTANT",
     "MAKE_CONSTANT_STATIC",
     "REACHED",
     "REMEDY",
     "ends_with_remedy",
     "for_static_inputs",
+    "inputs_static",
     "last_clause",
     "reach_clause",
     "with_reach",
@@ -39,11 +41,14 @@ ADD_SHAPES = ("add shape information (value_info) for it, or make the input shap
 MAKE_CONSTANT = ("make it a constant: export with static input shapes (or python -m "
                  "onnxruntime.tools.make_dynamic_shape_fixed) so that the shape computation it comes from folds")
 #: :data:`ADD_SHAPES` for a model whose input shapes are static already.
-ADD_SHAPES_STATIC = ("add shape information (value_info) for it (the model's input shapes are static already, and "
-                     "onnx's shape inference does not carry them to this value)")
+#: Folding the model's constants first: what makes sizes computed from static input shapes known.
+FOLD_FIRST = ("fold the model's constants first (onnxscript.optimizer.optimize(model), or onnxsim, before lowerer: "
+              "--optimize runs after)")
+ADD_SHAPES_STATIC = ("the model's input shapes are static already, and onnx's shape inference does not carry them to "
+                     f"this value: {FOLD_FIRST}, or add shape information (value_info) for it")
 #: :data:`MAKE_CONSTANT` for a model whose input shapes are static already.
 MAKE_CONSTANT_STATIC = ("it is not a constant although the model's input shapes are static (it is computed from the "
-                        "input data, or by ops lowerer does not fold)")
+                        f"input data, or by ops lowerer does not fold: {FOLD_FIRST})")
 #: What keeps a node a backend profile names but no exact form replaces (``--for``).
 FALLBACK = "--allow-fallback (API: allow_fallback=True) keeps it for onnxruntime's fallback"
 
@@ -63,6 +68,17 @@ REACHED = re.compile(r"(?:lowest|highest) opset this node can be taken to is (\d
 def for_static_inputs(message: str) -> str:
     """``message`` without advice to make the input shapes static, for a model whose input shapes are static."""
     return message.replace(ADD_SHAPES, ADD_SHAPES_STATIC).replace(MAKE_CONSTANT, MAKE_CONSTANT_STATIC)
+
+
+def inputs_static(graph: object) -> bool:
+    """Whether every input of ``graph`` (an ``onnx.GraphProto``) is a tensor whose dims are all known numbers."""
+    for value in getattr(graph, "input", ()):
+        tensor = value.type.tensor_type if value.type.HasField("tensor_type") else None
+        if tensor is None or not tensor.HasField("shape"):
+            return False
+        if any(not d.HasField("dim_value") for d in tensor.shape.dim):
+            return False
+    return True
 
 
 def last_clause(message: str) -> str:

@@ -18,6 +18,7 @@ import onnx
 
 from lowerer.core.errors import ConversionError, InputError
 from lowerer.core.opsets import default_opset, is_default_domain, since_version
+from lowerer.core.remedies import for_static_inputs, inputs_static
 from lowerer.core.report import Report, Rewrite
 from lowerer.facts import checked_type
 from lowerer.facts.constants import ConstantIndex
@@ -166,6 +167,10 @@ class ConversionWalk:
         first = self.refused[0][0]
         more = [r for _, r in self.refused[1:]]
         message = str(first)
+        if inputs_static(self.model.graph):  # advice to make the input shapes static does not fit this model
+            message = for_static_inputs(message)
+            for _, record in self.refused:
+                record["refusal"] = for_static_inputs(record["refusal"])
         if more:
             by_op = Counter(f"{r['op_type']}-{r['version']}" for r in more)
             ops = ", ".join(f"{op} x{n}" if n > 1 else op for op, n in by_op.most_common())

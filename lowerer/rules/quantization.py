@@ -11,6 +11,8 @@ computes when its inputs are constants and the caller asks (``fold_dequantize``,
 
 from __future__ import annotations
 
+import numpy as np
+
 from lowerer.core.errors import ConversionError
 from lowerer.rules.dequantize_fold import fold_or_refuse
 from lowerer.steps import generic
@@ -29,7 +31,11 @@ def quantize_13_10(em: Emitter, step: Step, direction: str) -> None:
     for index in (1, 2):
         if index < len(node.input) and node.input[index]:
             rank = em.rank(node.input[index])
-            if rank != 0:
+            if rank == 1 and em.dims(node.input[index]) == [1]:
+                # one element is per-tensor (onnxruntime's IsScalarOr1ElementVector): quantize_static with
+                # per_channel=False writes the int32 bias scale so; as a scalar it means the same at 10
+                node.input[index] = _as_scalar(em, node.input[index])
+            elif rank != 0:
                 shown = "unknown" if rank is None else str(rank)
                 why = (f"input {node.input[index]!r} has rank {shown}; {step.op}-10 takes scalar scales and "
                        "zero points only (per-axis quantization came at 13)")
@@ -39,6 +45,14 @@ def quantize_13_10(em: Emitter, step: Step, direction: str) -> None:
                 em.refuse(why)
     remove_attribute(node, "axis")
     generic.cross(em, step, direction, node, handled=(Semantics,))
+
+
+def _as_scalar(em: Emitter, name: str) -> str:
+    """The one-element 1-D value ``name`` as a scalar: a constant of shape (), else a Reshape to ()."""
+    value = em.constant(name)
+    if value is not None:
+        return em.const(value.reshape(()), "scalar")
+    return em.op("Reshape", [name, em.const(np.array([], dtype=np.int64), "scalar_shape")])
 
 
 adapter(("QuantizeLinear", "DequantizeLinear"), 13, UP)(generic.meaning_kept)
