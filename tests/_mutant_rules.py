@@ -336,8 +336,8 @@ def _bodies() -> list[Mutant]:
                lambda: _function_call(helper.make_node("Hardmax", ["x"], ["yb"], axis=1), [2, 3, 4], 11), 13,
                area="hardmax", hides="function"),
         Mutant("hardswish-in-loop-body", "expansion", expansion(set_attr("HardSigmoid", "alpha", lambda v: v * 2)),
-               lambda: _loop_body(helper.make_node("HardSwish", ["xb"], ["yb"]), [3, 4], F, [3, 4], 14), 13, area="expansion",
-               hides="body"),
+               lambda: _loop_body(helper.make_node("HardSwish", ["xb"], ["yb"]), [3, 4], F, [3, 4], 14), 13,
+               area="expansion", hides="body"),
         Mutant("mish-expansion-tanh", "expansion", expansion(swap_op("Tanh", "Sigmoid")),
                lambda: one_node("Mish", 18, None, [3, 4]), 17, area="expansion"),
         Mutant("celu-explicit-alpha", "expansion", expansion(_scale_first_float(2.0)),
@@ -358,8 +358,10 @@ def _bodies() -> list[Mutant]:
 
 
 def _scale_first_float(k: float) -> Any:
-    from _mutant_list import _first_float_const
-    return _first_float_const(lambda v: v * k)
+    def post(em: Any) -> None:
+        from _mutant_list import _first_float_const  # imported late: _mutant_list imports this module
+        _first_float_const(lambda v: v * k)(em)
+    return post
 
 
 class _ExplicitMeansLast(DropsSelectLast):
