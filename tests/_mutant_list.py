@@ -10,6 +10,8 @@ from __future__ import annotations
 from typing import Any
 
 import numpy as np
+from _mutant_checks import CHECK_MUTANTS
+from _mutant_rules import RULE_MUTANTS
 from _mutants import (
     Mutant,
     _drop_attr,
@@ -179,7 +181,7 @@ def _adapters() -> list[Mutant]:
                                                                                              "GreaterOrEqual")),
                lambda: one_node("ScatterElements", 18, {"axis": 0, "reduction": "max"}, inputs=[
                    ("x", T.FLOAT, [4, 3]), ("u", T.FLOAT, [2, 3])], consts={"i": np.array(
-                       [[1, 0, 3], [2, 2, 0]], _I64)}), 16),
+                       [[1, 0, 3], [2, 1, 0]], _I64)}, order=["x", "i", "u"]), 16),
         Mutant("max-12-8-swapped", "adapter", adapter("Max", 12, 8, post=swap_op("Max", "Min")),
                lambda: one_node("Max", 12, None, inputs=_ab([2, 3], [2, 3], T.INT32)), 8),
         Mutant("equal-11-7-not", "adapter", adapter("Equal", 11, 7, post=swap_op("Or", "And")),
@@ -299,9 +301,37 @@ def _legacy_add_wrong(ins: Any, at: Any, v: int) -> Any:
     return [np.asarray(np.moveaxis(moved, -1, int(at.get("axis", 0))) * 2)]
 
 
-MUTANTS: list[Mutant] = [*_owned(), *_decompositions(), *_adapters(), *_lowerings(), *_expansions(), *_reference()]
+#: The rule area of an op (a module of ``lowerer/rules``), for the mutants that do not name theirs.
+_AREA = {"ArgMax": "argmax", "ArgMin": "argmax", "Hardmax": "hardmax", "Softmax": "hardmax", "LogSoftmax": "hardmax",
+         "GlobalMaxPool": "global_max_pool", "Add": "elementwise", "Sub": "elementwise", "Mul": "elementwise",
+         "Div": "elementwise",
+         "Max": "elementwise", "Equal": "elementwise", "Gemm": "elementwise", "ReduceMax": "reduction",
+         "ReduceSum": "reduction", "Squeeze": "reduction", "Unsqueeze": "reduction", "Split": "shape_ops",
+         "Slice": "shape_ops", "Pad": "shape_ops", "Shape": "shape_ops", "OneHot": "shape_ops",
+         "ScatterElements": "scatter", "Trilu": "trilu", "Mod": "mod", "CumSum": "cumsum",
+         "ConstantOfShape": "constant_of_shape", "GatherElements": "gather_elements", "Where": "expand_where",
+         "Expand": "expand_where"}
+_CHECK = {"reference": "reference", "engine": "engine"}
 
-#: The CI subset (one or two per family, quick ones).
-QUICK = ("argmax-drops-select-last", "softmax-keeps-coerced-axis", "argmax-flip-in-place", "hardmax-last-maximum",
-         "globalmaxpool-one-axis", "add-6-7-no-unsqueeze", "reducemax-13-18-noop", "scatter-max-ge",
-         "shape-15-13-slice", "trilu-upper-flipped", "layernorm-sub-add", "reference-legacy-add-wrong")
+
+def _placed(mutants: list[Mutant]) -> list[Mutant]:
+    """The mutants with their area (from the model's op where not given) and check (from the family)."""
+    for m in mutants:
+        if not m.area:
+            m.area = "expansion" if m.family == "expansion" else _AREA[m.model().graph.node[0].op_type]
+        if m.check == "rewrite":
+            m.check = _CHECK.get(m.family, "reference" if m.model().opset_import[0].version < 7 else "rewrite")
+        if m.family == "reference":
+            m.changes_output = False
+    return mutants
+
+
+MUTANTS: list[Mutant] = _placed([*_owned(), *_decompositions(), *_adapters(), *_lowerings(), *_expansions(),
+                                 *_reference(), *RULE_MUTANTS, *CHECK_MUTANTS])
+
+#: The CI subset: one per family (kind of entry patched) and per check, quick ones.
+QUICK = ("argmax-drops-select-last", "argmax-flip-in-place", "hardmax-last-maximum", "add-6-7-no-unsqueeze",
+         "reducemax-13-18-noop", "scatter-max-ge", "trilu-upper-flipped", "layernorm-sub-add",
+         "reference-legacy-add-wrong", "shape-slice-start", "scatter-add-loop-mul", "argmax-in-loop-body",
+         "softmax-11-13-declared-same", "model-check-trilu-output-1", "model-check-pass-scales-output-1",
+         "deployment-pass-scales-output-1", "reference-globalmaxpool-double-min", "scan-9-8-reversed-direction")

@@ -44,6 +44,17 @@ class Mutant:
     options: dict[str, Any] = field(default_factory=dict)
     #: Why it may survive (a known gap, left to another part of the checks); None: it must die.
     known_gap: str | None = None
+    #: The check expected to kill it: ``rewrite`` (per-rewrite), ``relabel``, ``model`` (``verify_model``),
+    #: ``deployment`` (``--for`` a backend whose runtime is installed), ``reference`` (lowerer's numpy
+    #: reference judging a side onnxruntime cannot run), ``engine`` (the engine's own guards).
+    check: str = "rewrite"
+    #: The rule area (a module of ``lowerer/rules`` or of the engine: ``argmax``, ``scatter`` ...); "": from the op.
+    area: str = ""
+    #: What the wrong rule hides behind, if anything (``float16``, ``dynamic dims``, ``batch 0``, ``body``, ``NaN``,
+    #: ``explicit default`` ...).
+    hides: str = ""
+    #: Whether the patch changes what the conversion writes (False: it changes a check, e.g. the reference).
+    changes_output: bool = True
 
 
 @dataclass
@@ -67,14 +78,45 @@ def run(mutant: Mutant, seed: int = 0) -> Outcome:
     return Outcome(mutant, seed, False, "converted, exit 0")
 
 
+def _written(mutant: Mutant, patch: bool) -> bytes | str:
+    """The model converted without verification (patched or not), or the error raised."""
+    options = {k: v for k, v in mutant.options.items() if k not in ("verify_model", "optimize")}
+    options["verify"] = False
+    with pytest.MonkeyPatch.context() as mp:
+        if patch:
+            mutant.patch(mp)
+        try:
+            return lowerer.convert(mutant.model(), target_opset=mutant.target, **options).model.SerializeToString()
+        except lowerer.LowererError as e:
+            return f"{type(e).__name__} (exit {e.exit_code}): {e}"[:240]
+
+
+def control(mutant: Mutant) -> str | None:
+    """Why the mutant proves nothing, or None: the real rules must convert its model (exit 0) with its options,
+    and (for a mutant of a rule) the patch must change what is written."""
+    try:
+        lowerer.convert(mutant.model(), target_opset=mutant.target, **mutant.options)
+    except lowerer.LowererError as e:
+        return f"the real rules fail on its model: {type(e).__name__} (exit {e.exit_code}): {e}"[:240]
+    if mutant.changes_output:
+        right = _written(mutant, False)
+        if right == _written(mutant, True):
+            return "the patch does not fire: the model written is the same as the real rules write"
+    return None
+
+
 # -- models ------------------------------------------------------------------------------------------
 
 def one_node(op: str, opset: int, attrs: dict[str, Any] | None = None, shape: list[int] | None = None,
              elem: int = T.FLOAT, inputs: list[tuple[str, int, list[int]]] | None = None,
-             consts: dict[str, np.ndarray] | None = None, outputs: int = 1) -> onnx.ModelProto:
-    """A model of one ``op`` node: graph inputs ``inputs`` (default ``x``), constant inputs ``consts``."""
+             consts: dict[str, np.ndarray] | None = None, outputs: int = 1,
+             order: list[str] | None = None) -> onnx.ModelProto:
+    """A model of one ``op`` node: graph inputs ``inputs`` (default ``x``), constant inputs ``consts``.
+
+    The node reads the graph inputs then the constants, or the names of ``order`` (``""``: an absent input).
+    """
     ins = inputs if inputs is not None else [("x", elem, shape or [2, 3, 4])]
-    names = [n for n, _, _ in ins] + list(consts or {})
+    names = order if order is not None else [n for n, _, _ in ins] + list(consts or {})
     outs = [f"y{i}" if i else "y" for i in range(outputs)]
     node = helper.make_node(op, names, outs, name="n0", **(attrs or {}))
     graph = helper.make_graph([node], "g", [helper.make_tensor_value_info(n, e, s) for n, e, s in ins],
@@ -293,3 +335,79 @@ def patched(mutant: Mutant) -> Iterator[None]:
     with pytest.MonkeyPatch.context() as mp:
         mutant.patch(mp)
         yield
+
+
+# -- patching forms, passes and the relabel machinery --------------------------------------------------
+
+def form(name: str, post: Post, like: str | None = None) -> Patch:
+    """The backend form ``name`` with ``post`` after its rewrite (``like``: built by that form's factory instead)."""
+    def patch(mp: pytest.MonkeyPatch) -> None:
+        for key, entry in list(rules.REGISTRY._forms.items()):
+            if key[2] != name:
+                continue
+            source = rules.REGISTRY._forms[(key[0], key[1], like)] if like else entry
+            real_make = source.handler
+
+            def make(*params: Any, real_make: Any = real_make) -> Rule:
+                return _wrapped_rule(real_make(*params), post, None)
+
+            mp.setitem(rules.REGISTRY._forms, key, dataclasses.replace(entry, handler=make))
+    return patch
+
+
+def when(test: Callable[[onnx.NodeProto], bool], post: Post) -> Post:
+    """``post`` only where ``test(node)`` holds for the node the rule was given (a rule wrong in one case)."""
+    def guarded(em: Emitter) -> None:
+        if test(em.node):
+            post(em)
+    return guarded
+
+
+def has_attr(name: str) -> Callable[[onnx.NodeProto], bool]:
+    """Whether the node writes attribute ``name`` (explicitly, perhaps at its default)."""
+    return lambda node: any(a.name == name for a in node.attribute)
+
+
+def after_convert(change: Callable[[onnx.ModelProto], None]) -> Patch:
+    """The converted model changed by ``change`` after the conversion pass (its rewrites verified): a later
+    pass gone wrong, which only the whole-model and deployment checks can see."""
+    def patch(mp: pytest.MonkeyPatch) -> None:
+        import lowerer.passes as passes
+
+        real = passes.ConvertPass.run
+
+        def wrong(self: Any, state: Any) -> None:
+            real(self, state)
+            change(state.model)
+
+        mp.setattr(passes.ConvertPass, "run", wrong)
+    return patch
+
+
+def same_meaning(op: str, pair: tuple[int, int]) -> Patch:
+    """``op``'s op-wide rule declaring ``pair`` (from, to) a step of the same meaning: the node relabelled."""
+    def patch(mp: pytest.MonkeyPatch) -> None:
+        rule = rules.REGISTRY.span_rule(op)
+        assert rule is not None
+        mp.setattr(type(rule), "same_meaning", frozenset(type(rule).same_meaning | {pair}))
+    return patch
+
+
+def table_says_same(op: str, version: int) -> Patch:
+    """The step table's step into ``op``-``version`` with no change of meaning (and no adapter): a relabel."""
+    def patch(mp: pytest.MonkeyPatch) -> None:
+        from lowerer.steps.table import TABLE
+
+        kept = tuple(c for c in TABLE[op][version] if type(c).__name__ not in ("Semantics", "DefaultChanged"))
+        mp.setitem(TABLE[op], version, kept)
+        for key in [k for k in rules.REGISTRY._steps if k[1] == op and version in k[2:]]:
+            mp.delitem(rules.REGISTRY._steps, key)
+    return patch
+
+
+def chain(*patches: Patch) -> Patch:
+    """Several patches at once."""
+    def patch(mp: pytest.MonkeyPatch) -> None:
+        for p in patches:
+            p(mp)
+    return patch

@@ -1,6 +1,7 @@
 """The tests that test the tests: wrong rules (tests/_mutant_list.py) must be refused with default options.
 
-A quick subset runs here (``QUICK``, a few per family); ``benchmarks/mutation.py`` runs all of them over
+A quick subset runs here (``QUICK``, one per family and per check, each after its control run);
+``benchmarks/mutation.py`` runs all of them over
 several seeds and prints the score by family (the README gives it).
 """
 
@@ -11,7 +12,7 @@ import logging
 import numpy as np
 import pytest
 from _mutant_list import MUTANTS, QUICK
-from _mutants import one_node, run
+from _mutants import control, one_node, run
 from onnx import TensorProto as T
 
 import lowerer
@@ -19,16 +20,21 @@ import lowerer
 _BY_NAME = {m.name: m for m in MUTANTS}
 
 
-def test_the_set_is_large_and_spans_every_family() -> None:
-    assert len(MUTANTS) >= 40 and len(_BY_NAME) == len(MUTANTS)
+def test_the_set_is_large_and_spans_every_family_and_check() -> None:
+    assert len(MUTANTS) >= 100 and len(_BY_NAME) == len(MUTANTS)
     assert {m.family for m in MUTANTS} >= {"owned", "adapter", "lowering", "expansion", "decomposition",
-                                          "reference", "engine"}
+                                          "reference", "engine", "form", "relabel", "pass"}
+    assert {m.check for m in MUTANTS} == {"rewrite", "relabel", "model", "deployment", "reference", "engine"}
     assert set(QUICK) <= set(_BY_NAME)
+    assert {_BY_NAME[n].family for n in QUICK} == {m.family for m in MUTANTS}
+    assert {_BY_NAME[n].check for n in QUICK} == {m.check for m in MUTANTS}
 
 
 @pytest.mark.parametrize("name", QUICK)
 def test_mutant_is_killed(name: str, caplog: pytest.LogCaptureFixture) -> None:
     caplog.set_level(logging.ERROR)
+    invalid = control(_BY_NAME[name])
+    assert invalid is None, f"mutant {name} proves nothing: {invalid}"
     outcome = run(_BY_NAME[name])
     assert outcome.killed, f"mutant {name} survived: {outcome.how}"
 
