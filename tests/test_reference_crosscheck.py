@@ -178,6 +178,27 @@ def _equal(v: int) -> Iterator[Case]:
         yield Case("Equal", v, {}, [_with_nan(_ties((2, 3))), _with_nan(_ties((2, 3)))], "float-nan")
 
 
+def _comparison(op: str, v: int) -> Iterator[Case]:
+    if op in ("And", "Or"):
+        a, b = _RNG.integers(0, 2, (2, 3)).astype(bool), _RNG.integers(0, 2, (2, 3)).astype(bool)
+        yield Case(op, v, {}, [a, b], "same")
+        if v >= 7:
+            yield Case(op, v, {}, [_RNG.integers(0, 2, (2, 3, 4)).astype(bool), np.array([True, False, True, False])],
+                       "numpy-broadcast")
+        return
+    yield Case(op, v, {}, [_ties((2, 3)), _ties((2, 3))], "same")
+    if v >= 7:
+        yield Case(op, v, {}, [_ties((3, 4), _I64), _ties((4,), _I64)], "int64")
+        yield Case(op, v, {}, [_with_nan(_ties((2, 3))), _ties((3,))], "float-nan")
+
+
+def _trilu(v: int) -> Iterator[Case]:
+    for upper in (0, 1):
+        for k in (-1, 0, 2):
+            yield Case("Trilu", v, {"upper": upper}, [_ties((2, 3, 4)), np.array(k, _I64)], f"upper={upper},k={k}")
+        yield Case("Trilu", v, {"upper": upper}, [_ties((4, 3), _I64), None], f"upper={upper},int64")
+
+
 def _one_hot(v: int) -> Iterator[Case]:
     for axis, idx, depth in ((-1, [0, 2, -1], 4), (0, [[1, 0], [3, -4]], [4])):
         yield Case("OneHot", v, {"axis": axis}, [np.array(idx, _I64), np.array(depth, _I64),
@@ -249,7 +270,10 @@ _MAKERS: dict[str, Callable[[int], Iterator[Case]]] = {
     **{op: partial(_movement, op) for op in ("Transpose", "Flatten", "Reshape", "Shape", "Gather", "Size",
                                               "Identity")},
     "Slice": _slice, **{op: partial(_binary, op) for op in ("Add", "Sub", "Mul", "Div")},
-    "Equal": _equal, "OneHot": _one_hot, "Cast": _cast, "Constant": _constant, "If": _if,
+    "Equal": _equal, "OneHot": _one_hot, "Trilu": _trilu, "Not": lambda v: iter(
+        [Case("Not", v, {}, [_RNG.integers(0, 2, (2, 3)).astype(bool)])]),
+    **{op: partial(_comparison, op) for op in ("Greater", "Less", "GreaterOrEqual", "LessOrEqual", "And", "Or")},
+    "Cast": _cast, "Constant": _constant, "If": _if,
     **{op: partial(_shape_ops, op) for op in ("Unsqueeze", "Squeeze", "Concat", "Expand", "Where", "Range")},
 }
 

@@ -345,6 +345,26 @@ def _single(fn: Callable[[np.ndarray, Attrs, int], np.ndarray]) -> OpFn:
     return run
 
 
+def _compare(fn: Callable[[np.ndarray, np.ndarray], np.ndarray]) -> OpFn:
+    """A comparison or logical op (bool result; legacy ``broadcast=1`` before 7)."""
+    def run(inputs: list[np.ndarray | None], attrs: Attrs, version: int) -> list[np.ndarray]:
+        a, b = _at(inputs, 0), _at(inputs, 1)
+        if version < 7 and a.shape != b.shape:
+            b = _legacy_broadcast(a, b, attrs)
+        return [np.asarray(fn(a.astype(_compute_dtype(a)), b.astype(_compute_dtype(b))), dtype=bool)]
+
+    return run
+
+
+def _trilu(inputs: list[np.ndarray | None], attrs: Attrs, version: int) -> list[np.ndarray]:
+    """Trilu-14: the upper (``upper=1``) or lower triangle of the last two dims from diagonal ``k``."""
+    x = _at(inputs, 0)
+    k = int(inputs[1].reshape(-1)[0]) if len(inputs) > 1 and inputs[1] is not None else 0
+    if x.ndim < 2:
+        raise ReferenceEvalError("Trilu needs rank >= 2")
+    return [np.triu(x, k) if attrs.get("upper", 1) else np.tril(x, k)]
+
+
 def _constant(inputs: list[np.ndarray | None], attrs: Attrs, version: int) -> list[np.ndarray]:
     if "value" in attrs:
         return [np.asarray(attrs["value"])]
@@ -385,6 +405,11 @@ _OPS: dict[str, OpFn] = {
     "Mul": _binary(np.multiply),
     "Div": _binary(np.divide),
     "Equal": lambda ins, at, v: [np.asarray(np.equal(_at(ins, 0), _at(ins, 1)))],
+    "Greater": _compare(np.greater), "Less": _compare(np.less),
+    "GreaterOrEqual": _compare(np.greater_equal), "LessOrEqual": _compare(np.less_equal),
+    "And": _compare(np.logical_and), "Or": _compare(np.logical_or),
+    "Not": lambda ins, at, v: [np.logical_not(_at(ins, 0))],
+    "Trilu": _trilu,
     "OneHot": _one_hot,
     "Cast": _cast,
     "Identity": lambda ins, at, v: [_at(ins, 0)],
@@ -412,7 +437,8 @@ _VERSIONS: dict[str, tuple[int, ...]] = {
     "Constant": (1, 9, 11, 12, 13, 19, 21, 23, 24, 25), "Unsqueeze": (1, 11, 13, 21, 23, 24, 25),
     "Squeeze": (1, 11, 13, 21, 23, 24, 25), "Concat": (1, 4, 11, 13),
     "Range": (11,), "Where": (9, 16), "Expand": (8, 13), "If": (1, 11, 13, 16, 19, 21, 23, 24, 25),
-    "Size": (1, 13, 19, 21, 23, 24, 25),
+    "Size": (1, 13, 19, 21, 23, 24, 25), "Greater": (1, 7, 9, 13), "Less": (1, 7, 9, 13),
+    "GreaterOrEqual": (12, 16), "LessOrEqual": (12, 16), "And": (1, 7), "Or": (1, 7), "Not": (1,), "Trilu": (14,),
 }
 
 
