@@ -109,12 +109,13 @@ def check_loads(model: onnx.ModelProto, profile: Profile) -> None:
 def _ir_remedy(model: onnx.ModelProto, profile: Profile) -> str:
     """Why the output needs its IR version, and what would work."""
     from lowerer.backends.profile import load_rows
+    from lowerer.model_io.imports import counted_imports
     from lowerer.model_io.ir_version import lowest_for_opsets, needed_features
 
     assert profile.loads is not None
     limit = profile.loads.max_ir or 0
     features = needed_features(model, limit)
-    needed = max([lowest_for_opsets(model.opset_import), *(ir for ir, _ in features)])
+    needed = max([lowest_for_opsets(counted_imports(model)), *(ir for ir, _ in features)])
     if needed <= limit:
         return f"; leave out --ir-version (API: ir_version) or give {limit} or lower"
     if not (features and features[0][0] == needed):

@@ -332,9 +332,15 @@ def validate_output(converted: onnx.ModelProto, source: onnx.ModelProto | bytes 
 
 
 def _check_model_fields(converted: onnx.ModelProto) -> None:
-    """Refuse an IR version older than the opsets imported need (what the composition does not cover)."""
+    """Refuse an IR version older than the opsets imported need (what the composition does not cover).
+
+    An import no node uses (kept with ``keep_imports``) does not count: onnx's checker and onnxruntime
+    accept it below its IR version.
+    """
+    from lowerer.model_io.imports import counted_imports
+
     try:
-        needed = onnx.helper.find_min_ir_version_for(list(converted.opset_import), ignore_unknown=True)
+        needed = onnx.helper.find_min_ir_version_for(counted_imports(converted), ignore_unknown=True)
     except Exception:  # an opset this onnx does not know: left to the structure check on the way in
         return
     if converted.ir_version < needed:
