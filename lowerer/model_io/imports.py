@@ -26,6 +26,8 @@ __all__ = ["counted_imports", "drop_unused", "merge_duplicates", "unused_imports
 _DEFAULT = ("", "ai.onnx")
 _GRAPH = onnx.AttributeProto.GRAPH
 _GRAPHS = onnx.AttributeProto.GRAPHS
+#: Default-domain ops with graph attributes.
+_GRAPH_OPS = frozenset({"If", "Loop", "Scan", "SequenceMap"})
 
 
 def _key(domain: str) -> str:
@@ -62,12 +64,18 @@ def merge_duplicates(imports: Any, owner: str = "the model") -> list[str]:
 
 
 def _node_lists(model: onnx.ModelProto) -> Iterator[Iterable[onnx.NodeProto]]:
-    """The node lists of every graph (main graph, subgraphs at any depth) and every function body."""
+    """The node lists of every graph (main graph, subgraphs at any depth) and every function body.
+
+    Only the default domain's control-flow ops and other domains' nodes are looked into for subgraphs
+    (reading every node's attributes would cost more than the rest of a large model's walk).
+    """
     stack: list[Iterable[onnx.NodeProto]] = [model.graph.node, *(f.node for f in model.functions)]
     while stack:
         nodes = stack.pop()
         yield nodes
         for node in nodes:
+            if node.op_type not in _GRAPH_OPS and node.domain in _DEFAULT:
+                continue
             for a in node.attribute:
                 if a.type == _GRAPH:
                     stack.append(a.g.node)
@@ -79,15 +87,20 @@ def used_domains(model: onnx.ModelProto) -> set[str]:
     """The domains some node of ``model`` uses (``''`` for the default domain), every graph and function body."""
     used: set[str] = set()
     for nodes in _node_lists(model):
-        used.update(_key(node.domain) for node in nodes)
+        used.update({node.domain for node in nodes})
+    if "ai.onnx" in used:
+        used.add("")
     return used
 
 
 def unused_imports(model: onnx.ModelProto, used: set[str] | None = None) -> list[onnx.OperatorSetIdProto]:
     """The model's imports of a non-default domain that no node uses (``used``: :func:`used_domains`, if known)."""
+    others = [e for e in model.opset_import if _key(e.domain) != ""]
+    if not others:
+        return []  # the common case: nothing but the default domain, no walk
     if used is None:
         used = used_domains(model)
-    return [e for e in model.opset_import if _key(e.domain) != "" and e.domain not in used]
+    return [e for e in others if e.domain not in used]
 
 
 def drop_unused(model: onnx.ModelProto) -> list[str]:
@@ -109,6 +122,5 @@ def drop_unused(model: onnx.ModelProto) -> list[str]:
 
 def counted_imports(model: onnx.ModelProto, used: set[str] | None = None) -> list[onnx.OperatorSetIdProto]:
     """The imports that hold the IR version up: the default domain's, and those of domains some node uses."""
-    if used is None:
-        used = used_domains(model)
-    return [e for e in model.opset_import if _key(e.domain) == "" or e.domain in used]
+    unused = unused_imports(model, used)
+    return [e for e in model.opset_import if e not in unused]
