@@ -21,9 +21,10 @@ from lowerer.backends.profile import Profile, load_profile
 from lowerer.backends.proof import FAILED, NOT_PROVEN, PROVEN, Placement, prove_placement
 from lowerer.core.errors import ConversionError, InputError
 from lowerer.core.report import Report
+from lowerer.model_io.scopes import iter_scopes
 from lowerer.steps.registry import PICKED
 
-__all__ = ["PICKED", "backend_record", "check_loads", "finish", "make_plan", "prove", "refusal"]
+__all__ = ["PICKED", "backend_record", "check_domains", "check_loads", "finish", "make_plan", "prove", "refusal"]
 
 logger = logging.getLogger(__name__)
 
@@ -64,6 +65,7 @@ def finish(model: onnx.ModelProto, plan: BackendPlan, report: Report, warn: bool
     """
     profile = plan.profile
     check_loads(model, profile)
+    foreign = check_domains(model, plan, warn)
     left = scan(model, profile)
     picked = {(f.scope, f.node) for f in plan.named}
     named = [*plan.named, *(f for f in left if (f.scope, f.node) not in picked)]
@@ -76,6 +78,48 @@ def finish(model: onnx.ModelProto, plan: BackendPlan, report: Report, warn: bool
                        k.finding.label(), profile.spec, k.finding.entry.why, k.reason)
     rewritten = sum(1 for r in report.rewrites if any(c.why == PICKED for c in r.crossings))
     report.backend = backend_record(profile, named, rewritten, kept)
+    if foreign:
+        report.backend["domains_left"] = foreign
+
+
+def check_domains(model: onnx.ModelProto, plan: BackendPlan, warn: bool = True) -> list[dict[str, Any]]:
+    """Nodes of a non-default domain whose ops the runtime lacks (``profile.domains``): refused, or kept.
+
+    Model-local functions' domains are not looked at (runtimes inline them), nor domains the profile does
+    not name (not known either way). A confirmed lack is refused unless the plan allows fallback; else the
+    nodes are kept with one warning line.
+
+    Returns:
+        One record per op the runtime lacks: domain, op, how many nodes, the first node's name, source.
+
+    Raises:
+        ConversionError: one line naming the ops, the runtime, the source and the remedies.
+    """
+    profile = plan.profile
+    support = {d.domain: d for d in profile.domains}
+    if not support:
+        return []
+    local = {f.domain for f in model.functions}
+    found: dict[tuple[str, str], list[str]] = {}
+    for scope in iter_scopes(model):
+        for _, index, node in scope.walk():
+            entry = support.get(node.domain)
+            if entry is not None and node.domain not in local and entry.lacks(node.op_type):
+                found.setdefault((node.domain, node.op_type), []).append(node.name or f"{node.op_type}#{index}")
+    if not found:
+        return []
+    records = [{"domain": d, "op_type": op, "nodes": len(names), "first": names[0], "source": support[d].source,
+                "confirmed": support[d].confirmed} for (d, op), names in found.items()]
+    shown = ", ".join(f"{r['domain']}.{r['op_type']} ({r['nodes']} node{'s' if r['nodes'] != 1 else ''}, e.g. "
+                      f"{r['first']!r})" for r in records[:4]) + (" ..." if len(records) > 4 else "")
+    sources = "; ".join(support[d].source for d in sorted({d for d, _ in found}))
+    line = f"{profile.spec} does not import {shown} (per {sources})"
+    if all(support[d].confirmed for d, _ in found) and not plan.allow_fallback:
+        raise ConversionError(f"{line}; run those nodes on onnxruntime (split the model, or target cpu/cuda), or "
+                              "--allow-fallback (API: allow_fallback=True) keeps them for onnxruntime's fallback")
+    if warn:
+        logger.warning("%s; they stay as they are, for onnxruntime's fallback", line)
+    return records
 
 
 def check_loads(model: onnx.ModelProto, profile: Profile) -> None:
@@ -109,12 +153,13 @@ def check_loads(model: onnx.ModelProto, profile: Profile) -> None:
 def _ir_remedy(model: onnx.ModelProto, profile: Profile) -> str:
     """Why the output needs its IR version, and what would work."""
     from lowerer.backends.profile import load_rows
+    from lowerer.model_io.imports import counted_imports
     from lowerer.model_io.ir_version import lowest_for_opsets, needed_features
 
     assert profile.loads is not None
     limit = profile.loads.max_ir or 0
     features = needed_features(model, limit)
-    needed = max([lowest_for_opsets(model.opset_import), *(ir for ir, _ in features)])
+    needed = max([lowest_for_opsets(counted_imports(model)), *(ir for ir, _ in features)])
     if needed <= limit:
         return f"; leave out --ir-version (API: ir_version) or give {limit} or lower"
     if not (features and features[0][0] == needed):

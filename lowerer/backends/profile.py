@@ -36,7 +36,8 @@ from lowerer.core.errors import InputError
 if TYPE_CHECKING:
     from lowerer.facts import Facts
 
-__all__ = ["BACKENDS", "REWRITES", "Entry", "Profile", "aliases_of", "backend_names", "load_profile", "load_rows"]
+__all__ = ["BACKENDS", "REWRITES", "DomainSupport", "Entry", "Profile", "aliases_of", "backend_names", "load_profile",
+           "load_rows"]
 
 #: The backends that ship a profile, by canonical name.
 BACKENDS = ("cpu", "cuda", "dml", "tensorrt", "openvino", "coreml", "qnn", "webgpu", "webnn", "rknn", "winml")
@@ -178,6 +179,31 @@ class Entry:
 
 
 @dataclass(frozen=True)
+class DomainSupport:
+    """Which ops of a non-default domain (``ai.onnx.ml``, ``com.microsoft``) the backend's runtime imports.
+
+    A profile's ``domains`` list: a domain it does not name is not known either way (nothing is checked).
+
+    Attributes:
+        domain: the domain.
+        ops: the ops of it the runtime imports; None: all of them (an empty set: none).
+        source: where that is documented or implemented.
+        confirmed: False when the statement could not be confirmed in the source.
+        note: caveats.
+    """
+
+    domain: str
+    ops: frozenset[str] | None
+    source: str
+    confirmed: bool = True
+    note: str = ""
+
+    def lacks(self, op: str) -> bool:
+        """Whether the runtime has no importer for ``op`` of this domain."""
+        return self.ops is not None and op not in self.ops
+
+
+@dataclass(frozen=True)
 class Profile:
     """A backend's profile: its onnxruntime execution provider and the entries that apply.
 
@@ -210,6 +236,8 @@ class Profile:
     #: largest magnitude, and where that figure comes from (see :mod:`lowerer.backends.deployment`).
     tolerance: float = 1e-5
     tolerance_source: str = ""
+    #: The non-default domains whose ops the runtime imports (see :class:`DomainSupport`).
+    domains: tuple[DomainSupport, ...] = ()
 
     @property
     def ops(self) -> frozenset[str]:
@@ -274,7 +302,8 @@ def load_profile(spec: object) -> Profile:
     return Profile(name=name, spec=spec.strip(), provider=data["provider"], description=data["description"],
                    entries=tuple(entries), loads=loads_for(rows, op, version) if rows else None,
                    release=_release(data["runtime"], op, version), runtime=data["runtime"], named=named,
-                   chosen=chosen, tolerance=data["tolerance"], tolerance_source=data["tolerance_source"])
+                   chosen=chosen, tolerance=data["tolerance"], tolerance_source=data["tolerance_source"],
+                   domains=data["domains"])
 
 
 def _unnamed_version(data: dict[str, Any]) -> tuple[str | None, str | None, str]:
@@ -317,6 +346,8 @@ def _profile_data(name: str) -> dict[str, Any]:
         if shared not in BACKENDS or shared == name:
             raise InputError(f"profile {name}.json: 'loads' names no other backend: {shared!r}")
         data["loads"] = _profile_data(shared)["loads"]
+        if not data["domains"]:  # a provider inside that runtime: its other domains' kernels are the runtime's
+            data["domains"] = _profile_data(shared)["domains"]
     return data
 
 
@@ -340,7 +371,23 @@ def parse_profile(raw: object, source: str) -> dict[str, Any]:
         raise InputError(f"profile {source}: 'tolerance' must be {{\"relative\": a number in [0, 1), \"source\": ...}}")
     return {"provider": raw["provider"], "description": str(raw.get("description", "")), "entries": entries,
             "loads": rows, "runtime": runtime, "witnessed": runtime in WITNESSES_FOR,
-            "tolerance": float(tolerance["relative"]), "tolerance_source": str(tolerance.get("source", ""))}
+            "tolerance": float(tolerance["relative"]), "tolerance_source": str(tolerance.get("source", "")),
+            "domains": tuple(_domain(item, f"{source} domains[{i}]") for i, item in enumerate(raw.get("domains", [])))}
+
+
+def _domain(item: object, where: str) -> DomainSupport:
+    """One entry of a profile's ``domains``: ``{"domain", "ops": "all" or a list, "source", "confirmed", "note"}``."""
+    if not isinstance(item, dict) or not isinstance(item.get("domain"), str) or item["domain"] in ("", "ai.onnx") \
+            or not isinstance(item.get("source"), str) or not item["source"]:
+        raise InputError(f"profile {where}: needs 'domain' (a non-default domain) and 'source' (a non-empty string)")
+    unknown = set(item) - {"domain", "ops", "source", "confirmed", "note"}
+    if unknown:
+        raise InputError(f"profile {where}: unknown key(s) {', '.join(sorted(unknown))}")
+    ops = item.get("ops")
+    if ops != "all" and not (isinstance(ops, list) and all(isinstance(o, str) for o in ops)):
+        raise InputError(f"profile {where}: 'ops' must be \"all\" or a list of op names")
+    return DomainSupport(item["domain"], None if ops == "all" else frozenset(ops), item["source"],
+                         bool(item.get("confirmed", True)), str(item.get("note", "")))
 
 
 def _entry(item: object, where: str) -> Entry:

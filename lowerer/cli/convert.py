@@ -22,7 +22,7 @@ from lowerer.cli.groups import (
 from lowerer.cli.output import TerminalProgress, print_convert_summary
 from lowerer.cli.verbosity import verbosity
 from lowerer.cli.written_paths import check_written_path
-from lowerer.core.errors import one_line
+from lowerer.core.errors import LowererError, ModelRefusedError, one_line
 from lowerer.core.progress import Progress
 
 if TYPE_CHECKING:
@@ -38,7 +38,7 @@ __all__ = ["convert"]
 
 @in_order("input_path", "output_path", "target_opset", "decompose", "report_path", "external_data", "verify",
           "verify_model", "exact", "optimize", "for_backend", "allow_fallback", "ir_version", "no_loops",
-          "fold_dequantize", "seed",
+          "fold_dequantize", "keep_imports", "seed",
           "providers", "atol", "rtol", "max_ulp", "input_shapes", "val_range", "load_inputs", "save_inputs",
           "allow_unverified", "verbose", "quiet")
 @click.command(epilog=EPILOG)
@@ -64,7 +64,12 @@ def convert(input_path: Path, **values: Any) -> None:
     api |= model_check | VerificationArgs.parse(values)
     checked = ConvertOptions.create(**api)  # every option checked, once, before the model is read
     output_path, report_path, external_data = (values[k] for k in ("output_path", "report_path", "external_data"))
-    source = load_input(input_path, beside=True)  # onnx's checks of the input run beside the work (joined in run)
+    try:
+        source = load_input(input_path, beside=True)  # onnx's checks of the input run beside the work (joined in run)
+    except ModelRefusedError as e:  # the model was read: its refusal gets a report too
+        if report_path is not None:
+            _report_refused_input(e, input_path, output_path, report_path, checked)
+        raise
     try:
         plan = plan_outputs(output_path, locations=list(source.data_files), source_dir=source.directory,
                             input_model=source.path, external_data=external_data, report=report_path)
@@ -115,6 +120,11 @@ def _convert_and_write(source: InputModel, plan: OutputPlan, options: ConvertOpt
                 write_outputs(plan, None, refused.to_json(command=command))
                 e.args = (f"{e.args[0]}; the report (each node that cannot be converted) is in {plan.report}",)
             raise
+        except LowererError as e:  # the input's or an option's refusal, found in the work
+            if plan.report is not None:
+                write_outputs(plan, None, _input_report(e, source_opset, options).to_json(command=command))
+                e.args = (f"{e.args[0]}; the report is in {plan.report}",)
+            raise
         report = result.report
         progress(Progress("write", 0, 1, "files"))
         assert isinstance(result.model, onnx.ModelProto)  # a path in, a ModelProto out
@@ -141,6 +151,29 @@ def _refusal_report(error: ConversionError, source_opset: int | None, options: C
     return Report(source_opset=source_opset, target_opset=target, decompose=tuple(sorted(options.decompose)),
                   notes=[f"refused: {count} node{'s' if count != 1 else ''} cannot be converted (summary.refused); "
                          "nothing was written"], refused=refused)
+
+
+def _input_report(error: LowererError, source_opset: int | None, options: ConvertOptions) -> Report:
+    """The report of a conversion refused for its input (not a node's refusal): the refusal, in its notes."""
+    from lowerer.core.report import Report
+
+    return Report(source_opset=source_opset, target_opset=options.target_for(source_opset),
+                  decompose=tuple(sorted(options.decompose)),
+                  notes=[f"refused: {error}", "nothing was written"])
+
+
+def _report_refused_input(error: ModelRefusedError, input_path: Path, output_path: Path, report_path: Path,
+                          options: ConvertOptions) -> None:
+    """Write the report of a model refused as it was read (its paths checked first; if they fail, no report)."""
+    from lowerer.core.errors import InputError
+    from lowerer.model_io import plan_outputs, write_outputs
+
+    try:
+        plan = plan_outputs(output_path, source_dir=input_path.parent, input_model=input_path, report=report_path)
+        write_outputs(plan, None, _input_report(error, None, options).to_json(command=["lowerer", *sys.argv[1:]]))
+    except InputError:
+        return  # the paths' own problem: the refusal of the model is what the user sees
+    error.args = (f"{error.args[0]}; the report is in {report_path}",)
 
 
 def _record_budget(model: onnx.ModelProto, report: Report, options: ConvertOptions) -> None:

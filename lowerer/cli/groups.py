@@ -136,6 +136,11 @@ class ConversionArgs(ArgGroup):
             "help": "Fold a DequantizeLinear of constant weights into a float constant where the target cannot "
                     "express it (per-channel scales below opset 13, int16/int4/float8 types or blocks below "
                     "their opsets): a quantized model keeps float weights there; bit-exact, verified."}),
+        "keep_imports": (("--keep-imports",), {
+            "is_flag": True,
+            "help": "Keep the opset imports of domains no node uses (such as an ai.onnx.ml import in a model "
+                    "without ml nodes); without it they are dropped, with a note. Either way they do not raise "
+                    "the IR version."}),
     }
 
     @classmethod
@@ -155,7 +160,7 @@ class ConversionArgs(ArgGroup):
                 given["for_backend"] is None and given.get("ir_version") is None:
             raise click.UsageError("nothing to do: give --target-opset, --decompose, --for and/or --ir-version")
         return {k: given[k] for k in ("target_opset", "decompose", "for_backend", "allow_fallback", "ir_version",
-                                      "no_loops", "fold_dequantize") if k in given}
+                                      "no_loops", "fold_dequantize", "keep_imports") if k in given}
 
 
 class VerificationArgs(ArgGroup):

@@ -12,6 +12,7 @@ __all__ = [
     "InputError",
     "InternalError",
     "LowererError",
+    "ModelRefusedError",
     "VerificationError",
     "one_line",
 ]
@@ -61,6 +62,13 @@ class LowererError(ValueError):
 
 class InputError(LowererError):
     """The input is unusable: missing, unreadable, not an ONNX model, bad path or option."""
+
+
+class ModelRefusedError(InputError):
+    """The model was read (it parses), but what it holds is refused: its structure, imports or external data.
+
+    The command line writes ``--report`` for it, as for every refusal after the model was read.
+    """
 
 
 class ConversionError(LowererError):

@@ -4,7 +4,8 @@ With a target opset the output's IR version is the lowest that its opsets (onnx'
 ``helper.VERSION_TABLE``: opset 9 goes with IR 4, 11 with 6, 13 with 7 ...) and the features the
 model uses allow; the user may name one instead (``ir_version=``, ``--ir-version N``), which is
 refused in one line when a feature the model uses cannot be expressed at it. Without a target
-opset the model's IR version is kept (raised where its opsets or features need more).
+opset the model's IR version is kept (raised where its opsets or features need more). An import of a
+domain no node uses does not count (:func:`lowerer.model_io.imports.counted_imports`).
 
 The features (``onnx/onnx.proto``'s history of IR versions) that hold the IR version up:
 initializers that are not graph inputs (4: IR 3 requires every initializer to be a graph input;
@@ -25,6 +26,7 @@ import onnx
 
 from lowerer.core.errors import ConversionError, InputError
 from lowerer.core.opsets import MAX_IR_VERSION
+from lowerer.model_io.imports import counted_imports
 
 __all__ = ["MIN_IR_VERSION", "IrChoice", "check_ir_version", "choose", "lowest_for_opsets", "needed_features"]
 
@@ -208,12 +210,14 @@ def choose(model: onnx.ModelProto, *, source_ir: int, target_opset: int | None, 
         ConversionError: ``asked`` cannot express an opset or a feature the model uses (the message
             names it and the lowest IR version that works).
     """
-    floor = lowest_for_opsets(model.opset_import)
-    imports = ", ".join(f"{e.domain or 'ai.onnx'} {e.version}" for e in model.opset_import)
+    counted = counted_imports(model)
+    floor = lowest_for_opsets(counted)
+    imports = ", ".join(f"{e.domain or 'ai.onnx'} {e.version}" for e in counted)
     if asked is not None:
         if asked < floor:
             raise ConversionError(f"cannot write IR version {asked}: the opsets ({imports}) need IR {floor} or "
-                                  f"more; ask for IR {floor} or more (--ir-version {floor}), or leave it out")
+                                  f"more{_held_by(counted, asked)}; ask for IR {floor} or more (--ir-version "
+                                  f"{floor}), or leave it out")
         features = needed_features(model, asked)
         if features:
             ir, what = features[0]
@@ -226,6 +230,16 @@ def choose(model: onnx.ModelProto, *, source_ir: int, target_opset: int | None, 
     if chosen > MAX_IR_VERSION and floor <= MAX_IR_VERSION:
         chosen = MAX_IR_VERSION
     return IrChoice(chosen, _reason(chosen, floor, imports, features, source_ir, target_opset))
+
+
+def _held_by(counted: list[onnx.OperatorSetIdProto], asked: int) -> str:
+    """Which non-default imports need more than IR ``asked`` (imports no node uses are not counted)."""
+    held = [f"{e.domain} {e.version} needs IR {lowest_for_opsets([e])}" for e in counted
+            if e.domain not in ("", "ai.onnx") and lowest_for_opsets([e]) > asked]
+    if not held:
+        return ""
+    return (f" ({'; '.join(held)}, and nodes of it are in the model; imports no node uses do not count, and "
+            "are dropped unless --keep-imports)")
 
 
 def _reason(chosen: int, floor: int, imports: str, features: list[tuple[int, str]], source_ir: int,

@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING
 import onnx
 from google.protobuf.message import DecodeError
 
-from lowerer.core.errors import InputError
+from lowerer.core.errors import InputError, ModelRefusedError
 from lowerer.model_io.external_data import _nbytes, check_external_data, iter_tensors
 from lowerer.model_io.paths import kind_of, require_regular_file
 
@@ -85,12 +85,11 @@ def load_input(path: str | os.PathLike[str], *, beside: bool = False) -> InputMo
 
     Raises:
         InputError: the path is missing, not a regular file (a directory, FIFO, device ...),
-            empty, over 2 GiB, unreadable or not an ONNX model; an external-data reference is
-            unusable (see :func:`check_external_data`); the model is structurally invalid (see
+            empty, over 2 GiB, unreadable or not an ONNX model.
+        ModelRefusedError: the model parses, but an external-data reference is unusable (see
+            :func:`check_external_data`) or the model is structurally invalid (see
             :func:`lowerer.model_io.structure.check_structure`).
     """
-    from lowerer.model_io.structure import check_structure
-
     p = Path(path)
     data = _read_regular_file(p)
     model = onnx.ModelProto()
@@ -103,6 +102,20 @@ def load_input(path: str | os.PathLike[str], *, beside: bool = False) -> InputMo
     if model.ir_version <= 0 or not model.HasField("graph"):
         raise InputError(f"{p}: parses as protobuf but is not an ONNX model (no IR version or no graph)")
     directory = p.parent.resolve()  # external data is found beside the path as given, as onnx.load does
+    try:
+        data_files, checks = _check_read(p, model, data, directory, beside)
+    except ModelRefusedError:
+        raise
+    except InputError as e:  # the model was read: its refusal is the model's (a --report is written for it)
+        raise ModelRefusedError(*e.args) from None
+    return InputModel(p, model, data, directory, data_files, checks)
+
+
+def _check_read(p: Path, model: onnx.ModelProto, data: bytes, directory: Path, beside: bool
+                ) -> tuple[dict[str, Path], InputCheck | None]:
+    """:func:`load_input`'s checks of a parsed model: its external data, then its structure (or beside)."""
+    from lowerer.model_io.structure import check_structure
+
     data_files = check_external_data(model, directory, source=str(p), serialized=data)
     checks = None
     if beside:
@@ -117,7 +130,7 @@ def load_input(path: str | os.PathLike[str], *, beside: bool = False) -> InputMo
         checks = InputCheck(model, data, str(p), p if data_files else None)
     else:
         check_structure(model, source=str(p), serialized=data, path=p if data_files else None, file=True)
-    return InputModel(p, model, data, directory, data_files, checks)
+    return data_files, checks
 
 
 def _read_regular_file(p: Path) -> bytes:

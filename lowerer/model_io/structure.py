@@ -3,7 +3,8 @@
 Every model lowerer converts goes through :func:`check_structure`:
 
 1. opset imports: each domain that onnx knows is imported at a version the installed onnx knows
-   (a model importing opset 10000 is refused, not treated as the newest), and no domain twice;
+   (a model importing opset 10000 is refused, not treated as the newest), and no domain twice at
+   different versions (twice at one version is one import: :mod:`lowerer.model_io.imports`);
 2. definitions: every value a node reads is defined before it (in its graph or an enclosing
    one), no name is written twice in a graph, every node has its schema's required inputs,
    every graph and function output is computed. For a model file onnx's checker does this (on
@@ -131,9 +132,11 @@ def _check_opset_imports(imports: object, source: str, owner: str) -> None:
     for entry in imports:  # type: ignore[attr-defined]
         domain = "" if entry.domain in _DEFAULT else entry.domain
         label = "the default domain (ai.onnx)" if domain == "" else f"domain {entry.domain!r}"
+        if domain in seen and seen[domain] == entry.version:
+            continue  # the same import twice: one import (see lowerer.model_io.imports.merge_duplicates)
         if domain in seen:
             raise InputError(f"{source}: {owner} imports {label} twice (versions {seen[domain]} and {entry.version}); "
-                             "give each domain once")
+                             "give each domain once, at the version its nodes were written for")
         seen[domain] = entry.version
         known = _known_versions().get(domain)
         if known is None:

@@ -9,6 +9,8 @@ model I/O, core), nothing above.
 Every entry point (:func:`lowerer.convert`, the command line, :class:`lowerer.LowerPass`) runs the
 same passes, in this order, over one :class:`State`:
 
+0. ``imports``: a domain imported twice at one version becomes one import; imports of domains no node
+   uses are dropped (unless ``keep_imports``) (:mod:`lowerer.model_io.imports`), each with a note;
 1. ``convert``: the one walk over every scope: version steps, decompositions and the backend forms a
    profile picks (:mod:`lowerer.passes.pipeline`), each rewrite verified as it is made;
 2. ``backend``: what the profile still names is refused or kept (``--allow-fallback``), and recorded;
@@ -124,6 +126,25 @@ class Pass(abc.ABC):
             raise RuntimeError(f"pass {self.name!r} replaced the options")
         state.timings[self.name] = time.perf_counter() - started
         logger.debug("pass %s: %.3f s", self.name, state.timings[self.name])
+
+
+class ImportsPass(Pass):
+    """The opset imports: one entry per domain (same-version repeats merged), unused domains dropped; noted."""
+
+    name = "imports"
+
+    def run(self, state: State) -> None:
+        from lowerer.model_io.imports import drop_unused, merge_duplicates
+
+        model = state.model
+        notes = merge_duplicates(model.opset_import)
+        for function in model.functions:
+            notes += merge_duplicates(function.opset_import, f"function {function.domain}.{function.name}")
+        if state.options.converts and not state.options.keep_imports:
+            notes += drop_unused(model)
+        for note in notes:
+            logger.warning("%s", note)
+            state.report.notes.append(note)
 
 
 class ConvertPass(Pass):
@@ -304,8 +325,8 @@ class DeploymentPass(Pass):
 
 
 #: The passes, in order.
-PIPELINE: tuple[Pass, ...] = (ConvertPass(), BackendPass(), CleanupPass(), ValidatePass(), ModelCheckPass(),
-                              OptimizePass(), PlacementPass(), DeploymentPass())
+PIPELINE: tuple[Pass, ...] = (ImportsPass(), ConvertPass(), BackendPass(), CleanupPass(), ValidatePass(),
+                              ModelCheckPass(), OptimizePass(), PlacementPass(), DeploymentPass())
 
 
 def run_passes(state: State, passes: tuple[Pass, ...] = PIPELINE) -> None:

@@ -49,6 +49,7 @@ class ConvertOptions:
         no_loops: refuse the forms that write a node as a loop over its data (``request.no_loops``).
         fold_dequantize: fold a DequantizeLinear of constants the target cannot express into a float
             constant (``request.fold_dequantize``).
+        keep_imports: keep the imports of domains no node uses (else they are dropped, with a note).
     """
 
     target_opset: int | None = None
@@ -67,6 +68,7 @@ class ConvertOptions:
     ir_version: int | None = None
     no_loops: bool = False
     fold_dequantize: bool = False
+    keep_imports: bool = False
 
     @property
     def converts(self) -> bool:
@@ -103,7 +105,7 @@ class ConvertOptions:
                seed: Any = 0, verify_model: Any = False, optimize: Any = False, progress: Any = None,
                max_ulp: Any = None, exact: Any = False, for_backend: Any = None,
                allow_fallback: Any = False, ir_version: Any = None, no_loops: Any = False,
-               fold_dequantize: Any = False) -> ConvertOptions:
+               fold_dequantize: Any = False, keep_imports: Any = False) -> ConvertOptions:
         """Check every option (see :func:`lowerer.convert` for their meaning) and freeze them.
 
         Raises:
@@ -138,7 +140,8 @@ class ConvertOptions:
                    verify=check_flag(verify, "verify"), providers=None if chosen is None else tuple(chosen),
                    seed=seed_value(seed), verify_model=check, optimize=tuned, progress=check_progress(progress),
                    max_ulp=max_ulp, exact=exact, profile=profile, allow_fallback=bool(allow_fallback),
-                   ir_version=check_ir_version(ir_version), no_loops=no_loops, fold_dequantize=fold)
+                   ir_version=check_ir_version(ir_version), no_loops=no_loops, fold_dequantize=fold,
+                   keep_imports=check_flag(keep_imports, "keep_imports"))
 
 
 def model_check_options(value: object, name: str = "verify_model") -> ModelCheckOptions | None:

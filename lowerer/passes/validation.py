@@ -118,7 +118,12 @@ class RewriteChecker:
             self.complete = False  # the original does not infer strictly on its own: nothing to hold it to
             return
         inferred = _inferred(replacement)
-        why = inferred if isinstance(inferred, str) else _type_mismatch(before, inferred, outputs)
+        if not isinstance(inferred, str) and any(t is None for t in inferred) and _uninferred(replacement):
+            self.complete = False  # onnx has no inference for an op of the replacement there: nothing to judge
+            return
+        names = [rewrite.original.output[i] if rewrite.original is not None and i < len(rewrite.original.output)
+                 else c for i, c in enumerate(outputs)]  # the node's own output names, not the check's
+        why = inferred if isinstance(inferred, str) else _type_mismatch(before, inferred, names)
         if why is not None:
             raise ConversionError(
                 f"node {rewrite.node!r} ({rewrite.op_type}-{rewrite.from_version}, in {rewrite.scope}) cannot be "
@@ -126,6 +131,19 @@ class RewriteChecker:
                 f"onnx's strict inference ({why}); this is a gap in lowerer, please report it")
         # Kept for the onnxruntime check of the output (validate_output), one pair per pattern.
         rewrite.__dict__[CHECKED_MODELS] = (original, replacement)
+
+
+def _uninferred(model: onnx.ModelProto) -> bool:
+    """Whether some node of ``model`` has a schema at its opset without a type inference function (Cast-1)."""
+    opset = next((e.version for e in model.opset_import if e.domain in ("", "ai.onnx")), None)
+    for node in model.graph.node:
+        try:
+            schema = onnx.defs.get_schema(node.op_type, opset or 1, node.domain)
+        except onnx.defs.SchemaError:
+            continue
+        if not schema.has_type_and_shape_inference_function:
+            return True
+    return False
 
 
 def _pattern(rewrite: Rewrite) -> tuple[object, ...]:
@@ -332,9 +350,15 @@ def validate_output(converted: onnx.ModelProto, source: onnx.ModelProto | bytes 
 
 
 def _check_model_fields(converted: onnx.ModelProto) -> None:
-    """Refuse an IR version older than the opsets imported need (what the composition does not cover)."""
+    """Refuse an IR version older than the opsets imported need (what the composition does not cover).
+
+    An import no node uses (kept with ``keep_imports``) does not count: onnx's checker and onnxruntime
+    accept it below its IR version.
+    """
+    from lowerer.model_io.imports import counted_imports
+
     try:
-        needed = onnx.helper.find_min_ir_version_for(list(converted.opset_import), ignore_unknown=True)
+        needed = onnx.helper.find_min_ir_version_for(counted_imports(converted), ignore_unknown=True)
     except Exception:  # an opset this onnx does not know: left to the structure check on the way in
         return
     if converted.ir_version < needed:
