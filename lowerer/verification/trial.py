@@ -295,6 +295,8 @@ class Trial:
                                         "(op versions, layouts or engines) may round differently"},
             "nan": "; ".join(self.nan_notes) if self.nan_notes else (
                 "equal" if any(s.startswith("nan") for s in self.used_sets) else "not generated"),
+            "nan_judged": {"equal": "NaN at the same positions", "arg-index": "an index in range on a NaN row",
+                           "one-hot": "0 and 1, at most one 1, on a NaN row"}.get(str(self.nan_rule), "recorded"),
         }
         for side, engine in (("original", self.orig), ("replacement", self.repl)):
             fallback = getattr(engine, "fallback_reason", None)
