@@ -155,7 +155,7 @@ def _float_input(kind: str, dtype: np.dtype[Any], shape: tuple[int, ...], rng: n
         info = ml_dtypes.finfo(dtype) if dtype == _BF16 else np.finfo(dtype)  # type: ignore[no-untyped-call]
         pool = np.array([float(info.max), -float(info.max), float(info.smallest_subnormal), 0.0, -0.0,
                          -float(info.smallest_subnormal), float(info.max) / 2], dtype=np.float64)
-        return pool[rng.integers(0, len(pool), size=shape)].astype(dtype)
+        return np.asarray(pool[rng.integers(0, len(pool), size=shape)]).astype(dtype)  # 0-d: an array, no scalar
     x = rng.standard_normal(size=shape).astype(np.float32)
     if kind == "inf":
         u = rng.random(size=shape)
@@ -176,6 +176,6 @@ def _int_input(kind: str, dtype: np.dtype[Any], shape: tuple[int, ...], rng: np.
     if kind == "edges":
         pool = sorted({int(info.min), int(info.min) + 1, int(info.max) - 1, int(info.max),
                        *(v for v in (-1, 0, 1) if info.min <= v <= info.max)})
-        return np.array(pool, dtype=dtype)[rng.integers(0, len(pool), size=shape)]
+        return np.asarray(np.array(pool, dtype=dtype)[rng.integers(0, len(pool), size=shape)])
     low, high = (0, 200) if info.min == 0 else (-100, 100)
     return rng.integers(max(low, int(info.min)), min(high, int(info.max)) + 1, size=shape).astype(dtype)
