@@ -80,10 +80,25 @@ def _all_minus_inf_plane(inputs: Sequence[np.ndarray]) -> bool:
     return planes.shape[1] > 0 and bool(np.any(np.all(np.isneginf(planes), axis=1)))
 
 
+def _x_chosen_negative_zero(inputs: Sequence[np.ndarray]) -> bool:
+    """Where's inputs (condition, X, Y): the condition selects an X that is -0.0 somewhere."""
+    if len(inputs) != 3:
+        return False
+    cond, x = np.asarray(inputs[0]), np.asarray(inputs[1])
+    if cond.dtype != np.bool_ or not (x.dtype.kind == "f" or x.dtype == np.dtype(ml_dtypes.bfloat16)):
+        return False
+    try:
+        cond, x = np.broadcast_arrays(cond, x.astype(np.float64))
+    except ValueError:
+        return False
+    return bool(np.any(cond & (x == 0) & np.signbit(x)))
+
+
 #: The conditions ``departures.json`` may name: each says whether a check's failing inputs (in the
 #: original node's input order) are ones the departure is known on.
 CONDITIONS: dict[str, Callable[[Sequence[np.ndarray]], bool]] = {
     "all_minus_inf_plane": _all_minus_inf_plane,
+    "x_chosen_negative_zero": _x_chosen_negative_zero,
 }
 
 

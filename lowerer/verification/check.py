@@ -24,7 +24,7 @@ from lowerer.verification import blame
 from lowerer.verification.canon import Canon as _Canon
 from lowerer.verification.canon import canon_of
 from lowerer.verification.compare import ARITHMETIC_OPS
-from lowerer.verification.inputs import bind_shapes, kinds_for, min_rank_for
+from lowerer.verification.inputs import bind_shapes, min_rank_for, set_kinds
 from lowerer.verification.models import small_model
 from lowerer.verification.narrowing import narrowing_problem
 from lowerer.verification.providers import CPU, cuda_settings, select_providers
@@ -263,7 +263,7 @@ class RewriteVerifier:
             return engines
         trial = Trial(rewrite, canon, *engines, elems, dtypes, self.exact, self.max_ulp)
         rng = np.random.default_rng([self.seed, zlib.crc32(repr(canon.key).encode())])
-        kinds = [k for k in kinds_for(elems[0]) if all(k in kinds_for(e) for e in elems)] if elems else ['normal']
+        kinds = set_kinds(elems)  # per input: a float input gets its inf/nan sets beside an index or a condition
         for shapes in combos:
             failed = run_shapes(trial, shapes, kinds, rng)
             if failed is not None:

@@ -9,7 +9,14 @@ Input sets (``kind``):
 * ``edges``: the type's range edges (integers: min, min+1, -1, 0, 1, max-1, max; floats:
   the largest finite values, the smallest subnormal, +0 and -0);
 * ``nan`` (floats): normal values with NaN sprinkled in. What the two sides compute on it is
-  recorded, never judged: ONNX leaves NaN ordering undefined for these ops.
+  judged only for the ops :mod:`.nan_judged` lists (where ONNX or onnxruntime's kernels define the
+  result); for the others it is recorded, never judged.
+
+Kinds are per input, not intersected over an op's inputs: a set's kind is one that some input takes
+(:func:`set_kinds`), and each input is generated with it where its element type takes it, else as
+``normal`` (:func:`input_kind`). So the float inputs of Where, the scatters and GatherElements get their
+±inf, NaN and edge sets while the bool condition and the indices keep valid values (indices are folded into
+range afterwards, :func:`.domain.into_domain`).
 """
 
 from __future__ import annotations
@@ -24,7 +31,8 @@ import onnx
 
 from lowerer.facts.reference import np_dtype
 
-__all__ = ["JUDGED_KINDS", "KINDS", "InputSet", "bind_shapes", "generate", "min_rank_for"]
+__all__ = ["JUDGED_KINDS", "KINDS", "InputSet", "bind_shapes", "generate", "input_kind", "kinds_for", "min_rank_for",
+           "set_kinds"]
 
 KINDS = ("normal", "ties", "all-equal", "inf", "edges", "nan")
 #: Kinds whose comparison decides verified/failed; the rest are recorded only.
@@ -42,9 +50,12 @@ class InputSet:
     kind: str
     shapes: tuple[tuple[int, ...], ...]
 
-    def describe(self, names: Sequence[str], dtypes: Sequence[np.dtype[Any]]) -> str:
-        """``kind (x: float32[2,3])``."""
-        parts = [f"{n}: {d}[{','.join(map(str, s))}]" for n, d, s in zip(names, dtypes, self.shapes, strict=True)]
+    def describe(self, names: Sequence[str], dtypes: Sequence[np.dtype[Any]],
+                 kinds: Sequence[str] | None = None) -> str:
+        """``kind (x: float32[2,3])``; an input generated as another kind says which (``c: bool[2,3] normal``)."""
+        per_input = kinds if kinds is not None else [self.kind] * len(names)
+        parts = [f"{n}: {d}[{','.join(map(str, s))}]" + ("" if k == self.kind else f" {k}")
+                 for n, d, s, k in zip(names, dtypes, self.shapes, per_input, strict=True)]
         return f"{self.kind} ({'; '.join(parts)})"
 
 
@@ -109,6 +120,19 @@ def kinds_for(elem_type: int) -> tuple[str, ...]:
     return ("normal", "ties", "all-equal", "edges")
 
 
+def set_kinds(elem_types: Sequence[int]) -> list[str]:
+    """The kinds of input sets to run for inputs of ``elem_types``: the kinds some input takes (:data:`KINDS` order)."""
+    if not elem_types:
+        return ["normal"]
+    taken = {k for e in elem_types for k in kinds_for(e)}
+    return [k for k in KINDS if k in taken]
+
+
+def input_kind(kind: str, elem_type: int) -> str:
+    """What an input of ``elem_type`` is generated as in a set of ``kind``: ``kind`` where it takes it, else normal."""
+    return kind if kind in kinds_for(elem_type) else "normal"
+
+
 def generate(kind: str, elem_type: int, shape: tuple[int, ...], rng: np.random.Generator) -> np.ndarray:
     """One input of ``kind`` for ``elem_type`` and ``shape``."""
     dtype = np_dtype(elem_type)
@@ -131,7 +155,7 @@ def _float_input(kind: str, dtype: np.dtype[Any], shape: tuple[int, ...], rng: n
         info = ml_dtypes.finfo(dtype) if dtype == _BF16 else np.finfo(dtype)  # type: ignore[no-untyped-call]
         pool = np.array([float(info.max), -float(info.max), float(info.smallest_subnormal), 0.0, -0.0,
                          -float(info.smallest_subnormal), float(info.max) / 2], dtype=np.float64)
-        return pool[rng.integers(0, len(pool), size=shape)].astype(dtype)
+        return np.asarray(pool[rng.integers(0, len(pool), size=shape)]).astype(dtype)  # 0-d: an array, no scalar
     x = rng.standard_normal(size=shape).astype(np.float32)
     if kind == "inf":
         u = rng.random(size=shape)
@@ -152,6 +176,6 @@ def _int_input(kind: str, dtype: np.dtype[Any], shape: tuple[int, ...], rng: np.
     if kind == "edges":
         pool = sorted({int(info.min), int(info.min) + 1, int(info.max) - 1, int(info.max),
                        *(v for v in (-1, 0, 1) if info.min <= v <= info.max)})
-        return np.array(pool, dtype=dtype)[rng.integers(0, len(pool), size=shape)]
+        return np.asarray(np.array(pool, dtype=dtype)[rng.integers(0, len(pool), size=shape)])
     low, high = (0, 200) if info.min == 0 else (-100, 100)
     return rng.integers(max(low, int(info.min)), min(high, int(info.max)) + 1, size=shape).astype(dtype)

@@ -11,6 +11,16 @@ For the ops below, :func:`constructed` adds a bounded number of sets built to hi
   ReduceMin), and planes (the first two dims, or the first) in turn all -inf, all +inf, one finite
   value among -inf, and random; single-element planes come from the shapes (dynamic dims bound to 1);
 * ScatterElements, ScatterND, Scatter (``duplicates``): every index the same (the updates random);
+* ArgMax, ArgMin, Hardmax on floats (``nan-rows``): rows all NaN, NaN first, NaN last, NaN beside -inf
+  and +inf, and rows without NaN (judged as :mod:`.nan_judged` says: an index in range on a NaN row);
+* the select-like ops, Where, the scatters and the gathers (``signed-zeros``, ``non-finite``): their float
+  inputs made of -0.0, +0.0 and ±1 (a scatter's data all -0.0: a ``max``/``min`` that keeps it must keep
+  its sign), then of ±inf, NaN, -0.0 and 1 (Where's condition alternating, so both truth values meet
+  every value): a selection written with arithmetic (``x * c + y * (1 - c)``) or with onnxruntime's
+  Where (which loses a chosen -0.0) shows; the bool condition and the indices stay valid (the
+  indices are folded into range, :func:`.domain.into_domain`);
+* DeformConv, GridSample (``sampling-edges``): sampling points exactly on integer pixels and on the
+  borders, next to ±inf and NaN pixels (:mod:`.sampling`);
 * Cast, CastLike (``cast-edges``): values at the target type's edges (float16's largest finite and the
   values that round past it, subnormals, in-range integer bounds, halves, signed zeros);
 * Gemm, MatMul (``signed-zeros``): A negative and B positive, both of the type's smallest normal
@@ -32,11 +42,12 @@ import numpy as np
 import onnx
 
 from lowerer.facts.reference import np_dtype
+from lowerer.verification.sampling import SAMPLED, sampling_edges
 
 __all__ = ["KINDS", "MAX_SETS", "constructed"]
 
 #: The kinds of constructed sets (judged like the seeded kinds).
-KINDS = frozenset({"positions", "planes", "all-inf", "duplicates", "cast-edges", "signed-zeros"})
+KINDS = frozenset({"positions", "planes", "all-inf", "duplicates", "cast-edges", "signed-zeros", "sampling-edges"})
 #: The most constructed sets per input shape.
 MAX_SETS = 16
 
@@ -45,6 +56,9 @@ _ARG = {"ArgMax": 1, "ArgMin": -1, "Hardmax": 1}
 _MAX_LIKE = {"GlobalMaxPool": 1, "MaxPool": 1, "ReduceMax": 1, "ReduceMin": -1}
 _SCATTERS = ("ScatterElements", "ScatterND", "Scatter")
 _PRODUCTS = ("Gemm", "MatMul")
+#: The select-like ops and the positions of their float inputs (the values they choose among).
+_SELECTS = {"Where": (1, 2), "ScatterElements": (0, 2), "ScatterND": (0, 2), "Scatter": (0, 2),
+            "GatherElements": (0,), "Gather": (0,), "GatherND": (0,)}
 
 #: One constructed set: its kind, the inputs it gives (by position), and what it covers.
 Constructed = tuple[str, dict[int, np.ndarray], str]
@@ -148,6 +162,63 @@ def _planes(op: str, dtype: np.dtype[Any], shape: tuple[int, ...], rng: np.rando
             ("planes", {0: planes.reshape(shape).astype(dtype)}, what)]
 
 
+def _nan_rows(node: onnx.NodeProto, version: int, dtype: np.dtype[Any], shape: tuple[int, ...],
+              rng: np.random.Generator) -> list[Constructed]:
+    """Rows along the reduced axis: all NaN, NaN first, NaN last, NaN beside ±inf, and none."""
+    layout = _rows_layout(node, version, shape)
+    if layout is None or not _is_float(dtype):
+        return []
+    rows, n, axis, coerced = layout
+    table = np.empty((rows, n), np.float64)
+    for r in range(rows):
+        row = rng.permutation(n).astype(np.float64) + 1.0
+        kind = r % 5
+        if kind == 0:
+            row[:] = np.nan
+        elif kind in (1, 2):
+            row[0 if kind == 1 else n - 1] = np.nan
+        elif kind == 3:
+            row[n // 2] = np.nan
+            row[0], row[n - 1] = (-np.inf, np.inf) if n > 2 else (row[0], row[n - 1])
+        table[r] = row
+    if coerced:
+        values = table.reshape(shape)
+    else:
+        values = np.moveaxis(table.reshape((*shape[:axis], *shape[axis + 1:], n)), -1, axis)
+    return [("nan-rows", {0: np.ascontiguousarray(values).astype(dtype)},
+             "rows all NaN, NaN first, last and beside ±inf, rows without NaN")]
+
+
+def _pooled(pool: Sequence[float], shape: tuple[int, ...], dtype: np.dtype[Any], rng: np.random.Generator
+            ) -> np.ndarray:
+    """``shape`` filled with ``pool``'s values, each about equally often, in a seeded order."""
+    size = int(np.prod(shape, dtype=np.int64))
+    values = np.array(pool, np.float64)[rng.permutation(size) % len(pool)]
+    return values.reshape(shape).astype(dtype)
+
+
+def _selects(op: str, elems: Sequence[int], shapes: Sequence[tuple[int, ...]], rng: np.random.Generator
+             ) -> list[Constructed]:
+    """Signed zeros, then ±inf and NaN, in the float inputs a select-like op chooses among."""
+    floats = [k for k in _SELECTS[op] if k < len(elems) and k < len(shapes) and _is_float(np_dtype(elems[k]))
+              and 0 not in shapes[k]]
+    if not floats:
+        return []
+    zeros: dict[int, np.ndarray] = {}
+    special: dict[int, np.ndarray] = {}
+    for k in floats:
+        dtype = np_dtype(elems[k])
+        scattered_data = op in _SCATTERS and k == 0
+        zeros[k] = np.full(shapes[k], -0.0).astype(dtype) if scattered_data else \
+            _pooled((-0.0, 0.0, -1.0, 1.0), shapes[k], dtype, rng)
+        special[k] = _pooled((np.inf, -np.inf, np.nan, -0.0, 1.0), shapes[k], dtype, rng)
+    if op == "Where" and elems and np_dtype(elems[0]).kind == "b" and shapes[0]:
+        size = int(np.prod(shapes[0], dtype=np.int64))
+        special[0] = (np.arange(size) % 2 == 0).reshape(shapes[0])
+    return [("signed-zeros", zeros, "chosen values -0.0, +0.0, -1 and 1 (a scatter's data all -0.0)"),
+            ("non-finite", special, "chosen values ±inf, NaN, -0.0 and 1 (a condition of both truth values)")]
+
+
 def _cast_edges(node: onnx.NodeProto, elems: Sequence[int], shape: tuple[int, ...]) -> list[Constructed]:
     source = np_dtype(elems[0])
     target = np_dtype(elems[1]) if node.op_type == "CastLike" and len(elems) > 1 else \
@@ -200,11 +271,16 @@ def constructed(node: onnx.NodeProto, version: int, elems: Sequence[int], shapes
         return []
     dtype = np_dtype(elems[0])
     if op in _ARG and dtype.kind != "b":
-        return _positions(node, version, dtype, shapes[0], rng)
+        return _positions(node, version, dtype, shapes[0], rng) + _nan_rows(node, version, dtype, shapes[0], rng)
     if op in _MAX_LIKE:
         return _planes(op, dtype, shapes[0], rng)
     if op in _SCATTERS and len(shapes) > 1 and 0 not in shapes[1]:
-        return [("duplicates", {1: np.zeros(shapes[1], np_dtype(elems[1]))}, "every index the same")]
+        return [("duplicates", {1: np.zeros(shapes[1], np_dtype(elems[1]))}, "every index the same"),
+                *_selects(op, elems, shapes, rng)]
+    if op in _SELECTS:
+        return _selects(op, elems, shapes, rng)
+    if op in SAMPLED:
+        return sampling_edges(node, elems, shapes, rng)
     if op in ("Cast", "CastLike") and 0 not in shapes[0]:
         return _cast_edges(node, elems, shapes[0])
     if op in _PRODUCTS:

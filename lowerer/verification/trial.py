@@ -30,7 +30,8 @@ from lowerer.verification.compare import (
     zero_signs,
 )
 from lowerer.verification.domain import into_domain, outside_spec
-from lowerer.verification.inputs import JUDGED_KINDS, InputSet, generate
+from lowerer.verification.inputs import JUDGED_KINDS, InputSet, generate, input_kind
+from lowerer.verification.nan_judged import NAN_KINDS, judge_rows, nan_rule
 from lowerer.verification.propagated import budget_kind
 from lowerer.verification.result import CheckResult
 from lowerer.verification.runner import Engine, OrtEngine, ReferenceEngine
@@ -122,6 +123,10 @@ class Trial:
         # Range edges overflow in an order-dependent way in arithmetic kernels (a sum of +-3.4e38
         # terms is inf in one order, finite in another): recorded for them, not judged.
         self.judged = (JUDGED_KINDS - {"edges"} if arithmetic else JUDGED_KINDS) | SPECIAL_KINDS
+        #: How outputs on NaN inputs are judged (:mod:`.nan_judged`; None: recorded only).
+        self.nan_rule = nan_rule(canon.original)
+        if self.nan_rule == "equal":
+            self.judged |= NAN_KINDS
         #: What the constructed sets covered (:mod:`.special`), for the report.
         self.covered: list[str] = []
         self.names = [c for c, _ in canon.inputs]
@@ -144,10 +149,11 @@ class Trial:
         ``given``: constructed inputs by position (the others generated as ``normal``).
         """
         canon, orig, repl = self.canon, self.orig, self.repl
-        desc = InputSet(kind, shapes).describe(self.shown_names, self.dtypes)
-        made = "normal" if given is not None else kind
-        feeds = {n: given[k] if given is not None and k in given else generate(made, e, s, rng)
-                 for k, (n, e, s) in enumerate(zip(self.names, self.elems, shapes, strict=True))}
+        made = ["normal" if given is not None else input_kind(kind, e) for e in self.elems]
+        desc = InputSet(kind, shapes).describe(self.shown_names, self.dtypes,
+                                               None if given is not None else made)
+        feeds = {n: given[k] if given is not None and k in given else generate(m, e, s, rng)
+                 for k, (n, e, s, m) in enumerate(zip(self.names, self.elems, shapes, made, strict=True))}
         feeds.update(derived_feeds(canon, dict(zip(self.names, shapes, strict=True))))
         into_domain(canon.original, feeds)
         outside = outside_spec(canon.original, feeds, {c: v for c, _, v in canon.fixed})
@@ -184,7 +190,7 @@ class Trial:
             repl.resolve_placement()
         self.used_sets.append(desc)
         for (_, orig_out), exp, act in zip(canon.outputs, expected, actual, strict=True):
-            failure = self._compare_output(kind, desc, orig_out, exp, act)
+            failure = self._compare_output(kind, desc, orig_out, exp, act, feeds.get(self.names[0]))
             if failure is not None:
                 failure.evidence = {"feeds": feeds, "original": expected, "replacement": actual}
                 return failure
@@ -207,9 +213,14 @@ class Trial:
                 + f" ({e}); the input set is dropped")
 
     def _compare_output(self, kind: str, desc: str, orig_out: str, exp: np.ndarray,
-                        act: np.ndarray) -> CheckResult | None:
-        """Compare one output on one input set; a failure, or None (statistics noted)."""
+                        act: np.ndarray, first: np.ndarray | None = None) -> CheckResult | None:
+        """Compare one output on one input set; a failure, or None (statistics noted).
+
+        ``first``: the first input's values, which the arg forms' NaN rows are found in (:mod:`.nan_judged`).
+        """
         op = self.rewrite.op_type
+        if kind in NAN_KINDS and self.nan_rule in ("arg-index", "one-hot") and first is not None:
+            return self._nan_rows_judged(kind, desc, orig_out, exp, act, first)
         t = (expansion_budget(exp.dtype, scale(exp), self.max_ulp) if self.budget == "expansion" else
              tolerance_for(exp.dtype, op, scale(exp)) if self.budget == "kernel" else None)
         judged = kind in self.judged
@@ -237,6 +248,22 @@ class Trial:
                            {"input_set": desc, "output": orig_out, "max_difference": md,
                             "tolerance": "exact" if t is None else t.to_dict()},
                            failure=f"input set {desc}: output {orig_out!r} {diff.describe()}")
+
+    def _nan_rows_judged(self, kind: str, desc: str, orig_out: str, exp: np.ndarray, act: np.ndarray,
+                         first: np.ndarray) -> CheckResult | None:
+        """An arg form's output on NaN inputs: equal on rows without NaN, in range on rows with (else recorded)."""
+        self.comparisons += 1
+        diff, _ = compare(exp, act)
+        if diff is None:
+            return None
+        wrong = judge_rows(self.canon.original, self.rewrite.from_version, str(self.nan_rule), first, exp, act)
+        if wrong is None:
+            self.nan_notes.append(f"{desc}: output {orig_out!r} {diff.describe()} (a row holding NaN: recorded, "
+                                  "in range)")
+            return None
+        return CheckResult("failed", "outputs differ", self.provider,
+                           {"input_set": desc, "output": orig_out, "tolerance": "exact"},
+                           failure=f"input set {desc}: output {orig_out!r} {wrong.describe()}")
 
     def replay(self, feeds: dict[str, np.ndarray]) -> dict[str, list[np.ndarray] | None]:
         """Both sides' outputs on ``feeds`` (None for a side that raises)."""
@@ -268,6 +295,8 @@ class Trial:
                                         "(op versions, layouts or engines) may round differently"},
             "nan": "; ".join(self.nan_notes) if self.nan_notes else (
                 "equal" if any(s.startswith("nan") for s in self.used_sets) else "not generated"),
+            "nan_judged": {"equal": "NaN at the same positions", "arg-index": "an index in range on a NaN row",
+                           "one-hot": "0 and 1, at most one 1, on a NaN row"}.get(str(self.nan_rule), "recorded"),
         }
         for side, engine in (("original", self.orig), ("replacement", self.repl)):
             fallback = getattr(engine, "fallback_reason", None)

@@ -1,0 +1,140 @@
+"""Constructed input sets for the sampling ops, DeformConv and GridSample: exact integer and border positions.
+
+Random offsets and grids almost never put a sampling point exactly on a pixel or exactly on the border,
+where a boundary written off by one (``h >= -1`` for ``h > -1``) changes the result only through
+``0 * pixel``: NaN when that pixel is infinite. :func:`sampling_edges` builds the points there
+(kind ``sampling-edges``, judged like the seeded kinds; NaN in the output compared by position):
+
+* DeformConv (X ``[N, C, H, W]``, offsets ``[N, 2 * offset_group * kH * kW, H_out, W_out]``): offsets
+  that put every sampling row exactly on ``-1`` (then on ``H``), every column on ``-1`` (then ``W``), the
+  other coordinate on an integer pixel, with the image row (column) next to that border made of +inf,
+  -inf and NaN but for pixel ``(0, 0)``, which onnxruntime's kernel reads with weight 0 for every point
+  outside (so a non-finite one there makes every output NaN); then every point on an integer in
+  ``[-1, H]`` x ``[-1, W]`` over a tie-heavy image. The sampling position is ``base + offset`` with an
+  integer base (``y * stride - pad + i * dilation``), so these offsets land exactly (as the kernel adds them);
+* GridSample (4-D X, grid ``[N, H_out, W_out, 2]``): grid coordinates that unnormalize (for the node's
+  ``align_corners``) to ``-1``, ``-0.5``, ``0``, an integer inside, ``size - 1``, ``size - 0.5`` and ``size``
+  on each axis, over a tie-heavy image, then over the same image with its border rows and columns
+  made of +inf, -inf and NaN.
+
+Inputs not given (weights, bias, mask) are generated as ``normal``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+import onnx
+
+from lowerer.facts.reference import np_dtype
+
+__all__ = ["SAMPLED", "sampling_edges"]
+
+#: The ops :func:`sampling_edges` builds sets for.
+SAMPLED = frozenset({"DeformConv", "GridSample"})
+
+Constructed = tuple[str, dict[int, np.ndarray], str]
+_NON_FINITE = np.array([np.inf, -np.inf, np.nan])
+
+
+def _ints(node: onnx.NodeProto, name: str, default: list[int]) -> list[int]:
+    return next((list(a.ints) for a in node.attribute if a.name == name), default)
+
+
+def _attr(node: onnx.NodeProto, name: str, default: int) -> int:
+    return next((int(a.i) for a in node.attribute if a.name == name), default)
+
+
+def _deform_conv(node: onnx.NodeProto, dtype: np.dtype[Any], shapes: Sequence[tuple[int, ...]],
+                 rng: np.random.Generator) -> list[Constructed]:
+    x_shape, w_shape, o_shape = shapes[0], shapes[1], shapes[2]
+    if len(x_shape) != 4 or len(w_shape) != 4 or len(o_shape) != 4 or 0 in x_shape or 0 in o_shape:
+        return []
+    n, _, height, width = x_shape
+    kh, kw = w_shape[2], w_shape[3]
+    taps, groups = kh * kw, _attr(node, "offset_group", 1)
+    if o_shape[1] != 2 * groups * taps:
+        return []
+    pads, strides = _ints(node, "pads", [0, 0, 0, 0]), _ints(node, "strides", [1, 1])
+    dilations = _ints(node, "dilations", [1, 1])
+    out_h, out_w = o_shape[2], o_shape[3]
+    i, j = np.repeat(np.arange(kh), kw), np.tile(np.arange(kw), kh)
+    base_h = (np.arange(out_h)[None, :, None] * strides[0] - pads[0] + i[:, None, None] * dilations[0])
+    base_w = (np.arange(out_w)[None, None, :] * strides[1] - pads[1] + j[:, None, None] * dilations[1])
+    points = (n, groups, taps, out_h, out_w)
+
+    def offsets(target_h: np.ndarray, target_w: np.ndarray) -> np.ndarray:
+        both = np.stack([target_h - base_h, target_w - base_w], axis=3)  # [N, G, taps, 2, H_out, W_out]
+        return both.reshape(o_shape).astype(dtype)
+
+    image = rng.integers(-2, 3, size=x_shape).astype(np.float64)
+    out: list[Constructed] = []
+    for axis, border, line in ((0, -1, 0), (0, height, height - 1), (1, -1, 0), (1, width, width - 1)):
+        edged = image.copy()
+        index: list[Any] = [slice(None)] * 4
+        index[2 + axis] = line
+        edged[tuple(index)] = _NON_FINITE[rng.permutation(edged[tuple(index)].size) % 3].reshape(
+            edged[tuple(index)].shape)
+        edged[:, :, 0, 0] = image[:, :, 0, 0]  # the kernel reads pixel (0, 0) with weight 0 for a point outside
+        inside = rng.integers(0, width if axis == 0 else height, size=points)
+        on_border = np.full(points, border)
+        target = (on_border, inside) if axis == 0 else (inside, on_border)
+        out.append(("sampling-edges", {0: edged.astype(dtype), 2: offsets(*target)},
+                    "sampling points exactly on the borders -1, H and W next to ±inf and NaN pixels"))
+    grid = (rng.integers(-1, height + 1, size=points), rng.integers(-1, width + 1, size=points))
+    out.append(("sampling-edges", {0: image.astype(dtype), 2: offsets(*grid)},
+                "sampling points exactly on integer pixels and borders"))
+    return out
+
+
+def _unnormalized_pool(size: int, rng: np.random.Generator) -> np.ndarray:
+    """Pixel coordinates on one axis: outside, on the borders and on integer pixels."""
+    return np.array([-1.0, -0.5, 0.0, float(rng.integers(0, size)), size - 1.0, size - 0.5, float(size)])
+
+
+def _normalized(pixels: np.ndarray, size: int, align_corners: bool) -> np.ndarray:
+    if align_corners:
+        return pixels * 2.0 / (size - 1) - 1.0 if size > 1 else np.zeros_like(pixels)
+    return (2.0 * pixels + 1.0) / size - 1.0
+
+
+def _grid_sample(node: onnx.NodeProto, dtype: np.dtype[Any], shapes: Sequence[tuple[int, ...]],
+                 rng: np.random.Generator) -> list[Constructed]:
+    x_shape, g_shape = shapes[0], shapes[1]
+    if len(x_shape) != 4 or len(g_shape) != 4 or g_shape[-1] != 2 or 0 in x_shape or 0 in g_shape:
+        return []
+    height, width = x_shape[2], x_shape[3]
+    align = bool(_attr(node, "align_corners", 0))
+    count = int(np.prod(g_shape[:-1], dtype=np.int64))
+    xs, ys = _unnormalized_pool(width, rng), _unnormalized_pool(height, rng)
+    pick_x, pick_y = rng.permutation(count) % len(xs), rng.permutation(count) % len(ys)
+    grid = np.stack([_normalized(xs[pick_x], width, align), _normalized(ys[pick_y], height, align)], axis=-1)
+    grid = grid.reshape(g_shape).astype(dtype)
+    image = rng.integers(-2, 3, size=x_shape).astype(np.float64)
+    edged = image.copy()
+    border = np.zeros((height, width), bool)
+    border[[0, -1], :] = True
+    border[:, [0, -1]] = True
+    mask = np.broadcast_to(border, x_shape)
+    edged[mask] = _NON_FINITE[rng.permutation(int(mask.sum())) % 3]
+    return [("sampling-edges", {0: image.astype(dtype), 1: grid},
+             "grid points exactly on integer pixels, -0.5, 0, size - 1, size - 0.5 and outside"),
+            ("sampling-edges", {0: edged.astype(dtype), 1: grid},
+             "grid points exactly on integer and border pixels next to ±inf and NaN pixels")]
+
+
+def sampling_edges(node: onnx.NodeProto, elems: Sequence[int], shapes: Sequence[tuple[int, ...]],
+                   rng: np.random.Generator) -> list[Constructed]:
+    """The ``sampling-edges`` sets of a DeformConv or GridSample node (none for other ops or shapes)."""
+    if not elems or len(shapes) < (3 if node.op_type == "DeformConv" else 2):
+        return []
+    dtype = np_dtype(elems[0])
+    if dtype.kind != "f":
+        return []
+    if node.op_type == "DeformConv":
+        return _deform_conv(node, dtype, shapes, rng)
+    if node.op_type == "GridSample":
+        return _grid_sample(node, dtype, shapes, rng)
+    return []
