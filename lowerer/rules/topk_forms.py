@@ -101,17 +101,24 @@ def first_extremum_topk(em: Emitter, v: str, axis: int, keepdims: int | None, la
                       "target opset >= 6")
         v = em.op("Neg", [v])
         largest = True
+    padded_nan = pad and onnx.helper.tensor_dtype_to_np_dtype(
+        em.require_elem_type(v, "the value appended along a possibly empty axis is written in it")).kind == "f"
+    size = _axis_size(em, v, axis) if padded_nan else None
     if pad:
         v = _pad_least(em, v, axis, largest)
     squeeze = keepdims == 0
     base = em.node.output[0] if em.node.output else "topk"
     values = em.fresh(f"{base}_topk_values")
-    index = outputs[0] if outputs and not squeeze else em.fresh(f"{base}_topk_index")
+    index = outputs[0] if outputs and not squeeze and size is None else em.fresh(f"{base}_topk_index")
     if version < 10:
         em.op("TopK", [v], [values, index], axis=axis, k=1)
     else:
         k = em.const(np.array([1], dtype=np.int64), "k")
         em.op("TopK", [v, k], [values, index], axis=axis, largest=(None if version < 11 else int(largest)))
+    if size is not None:  # a row all NaN: TopK may pick the appended element (index n); onnxruntime gives 0
+        chosen = em.op("Cast", [em.op("Equal", [index, size])], to=onnx.TensorProto.INT64)
+        kept = em.op("Sub", [em.const(np.array(1, dtype=np.int64), "one"), chosen])
+        index = em.op("Mul", [index, kept], outputs if outputs and not squeeze else None)
     if not squeeze:
         return index
     squeeze_version = em.version_of("Squeeze") or 1
@@ -120,6 +127,16 @@ def first_extremum_topk(em: Emitter, v: str, axis: int, keepdims: int | None, la
     if squeeze_version >= 13:
         return em.op("Squeeze", [index, em.const(np.array([axis], dtype=np.int64), "axes")], outputs)
     return em.op("Squeeze", [index], outputs, axes=[axis])
+
+
+def _axis_size(em: Emitter, v: str, axis: int) -> str:
+    """The run-time size of ``v`` along ``axis`` (a 0-d int64), from opset 7 (Equal on int64 broadcast)."""
+    if em.opset < 7:
+        em.refuse("the axis may be empty, so one least element is appended before TopK, and a row all NaN "
+                  "would then give the index past its end; mapping it back needs Equal-7 on int64: target opset >= 7")
+    rank = em.require_rank(v, "to read the possibly empty axis's size") if axis < 0 else None
+    where = normalize_axis(axis, rank) if rank is not None else axis
+    return em.op("Gather", [em.op("Shape", [v]), em.const(np.array(where, dtype=np.int64), "axis_index")])
 
 
 def _pad_least(em: Emitter, v: str, axis: int, largest: bool) -> str:
