@@ -17,8 +17,8 @@ never replaces a failure, and its result is the node's own (never cached for ide
 
 Cost: nothing where every check ran on generated inputs; otherwise one session of the original model
 and one run per input set, plus one session pair per distinct check (shared by the nodes of that check).
-Memory: a value over :data:`MAX_ELEMENTS` elements is not kept, nor values past :data:`MAX_BYTES` in
-all (the node stays ``unverified``, saying so). Nodes inside If/Loop/Scan bodies and functions are
+Memory: a value over :data:`~.inputs.MAX_ELEMENTS` elements (the most a generated input has) is not
+kept, nor values past :data:`MAX_BYTES` in all (the node stays ``unverified``, saying so). Nodes inside If/Loop/Scan bodies and functions are
 not checked this way (their values are not graph values of the model): they stay as the generated
 check left them.
 """
@@ -43,15 +43,17 @@ from lowerer.verification.budget import available_memory, claimed_bytes, gib
 from lowerer.verification.canon import Canon, canon_of
 from lowerer.verification.check import RewriteVerifier
 from lowerer.verification.feeds import model_inputs, model_sets
+from lowerer.verification.inputs import MAX_ELEMENTS
 from lowerer.verification.providers import CPU
 from lowerer.verification.result import CheckResult
 from lowerer.verification.runner import Engine, SessionMaker, ort_can_exchange
 from lowerer.verification.trial import Trial
 
-__all__ = ["MAX_BYTES", "MAX_ELEMENTS", "ObservedSource", "ObservedValues", "check_pending", "observe"]
+#: How a check that ran on no generated input set begins its reason (:meth:`.trial.Trial.result`).
+NO_GENERATED_SET = "the original could not run on any generated input"
 
-#: The most elements one kept value may have (larger ones are not kept: the node stays unverified).
-MAX_ELEMENTS = 1 << 22
+__all__ = ["MAX_BYTES", "ObservedSource", "ObservedValues", "check_pending", "observe"]
+
 #: The most bytes all kept values may take together.
 MAX_BYTES = 1 << 28
 
@@ -150,8 +152,9 @@ def observe(source: ObservedSource, names: Sequence[str], sessions: SessionMaker
             out.sets.append((feed_set.label, None))
             out.missing.setdefault("", f"the original raised on {feed_set.label}: {' '.join(str(e).split())[:200]}")
             continue
-        values: dict[str, np.ndarray] = {n: feed_set.feeds[n] for n in names if n in given}
-        for n, v in zip(wanted, fetched, strict=True):
+        values: dict[str, np.ndarray] = {}
+        found = [(n, feed_set.feeds[n]) for n in names if n in given] + list(zip(wanted, fetched, strict=True))
+        for n, v in found:
             array = np.asarray(v)
             if array.size > MAX_ELEMENTS or kept + array.nbytes > MAX_BYTES:
                 out.missing[n] = (f"{n!r} holds {array.size} values, over the {MAX_ELEMENTS} kept for a check"
@@ -189,12 +192,12 @@ def _check_one(verifier: RewriteVerifier, rewrite: Rewrite, observed: ObservedVa
     canon = canon_of(rewrite)
     generated = rewrite.reason
     sets = observed if isinstance(observed, str) else _node_sets(canon, observed)
-    if isinstance(sets, str):
-        rewrite.reason = f"{generated}; not checked on the values the model feeds it either: {sets}"
-        return
-    result = _judged(verifier, rewrite, canon, sets, engines)
-    if result.status == "unverified":
-        rewrite.reason = f"{generated}; nor on the values the model feeds it: {result.reason}"
+    result = _judged(verifier, rewrite, canon, sets, engines) if not isinstance(sets, str) else None
+    if result is None or result.status == "unverified":
+        why = sets if result is None else result.reason
+        rewrite.reason = (f"not run on generated inputs nor on the values the model feeds it: {why}; on generated "
+                          f"inputs: {generated}" if generated.startswith(NO_GENERATED_SET) else
+                          f"{generated}; on the values the model feeds it: {why}")
         return
     rewrite.status, rewrite.reason, rewrite.provider = result.status, result.reason, result.provider
     rewrite.details = {**result.details, "reused": False,
@@ -250,11 +253,12 @@ def _run(verifier: RewriteVerifier, rewrite: Rewrite, canon: Canon, sets: list[t
     first = sets[0][1]
     elems = [int(onnx.helper.np_dtype_to_tensor_dtype(v.dtype)) for v in first]
     dtypes: list[np.dtype[Any]] = [v.dtype for v in first]
-    key = (canon.key, tuple(elems), tuple(v.ndim for v in first), id(sessions), by_spec)
+    dims = [_dims(rewrite, orig, v) for (_, orig), v in zip(canon.inputs, first, strict=True)]
+    key = (canon.key, tuple(elems), tuple(map(tuple, dims)), id(sessions), by_spec)
     made = engines.get(key)
     if made is None:
         in_specs: list[tuple[str, int, list[int | None] | None]] = [
-            (c, e, [None] * v.ndim) for (c, _), e, v in zip(canon.inputs, elems, first, strict=True)]
+            (c, e, d) for (c, _), e, d in zip(canon.inputs, elems, dims, strict=True)]
         made = engines[key] = verifier._engines(rewrite, canon, in_specs, dtypes, sessions, by_spec)
     if isinstance(made, CheckResult):
         return made
@@ -262,11 +266,28 @@ def _run(verifier: RewriteVerifier, rewrite: Rewrite, canon: Canon, sets: list[t
     trial.judged = trial.judged | {kind for kind, _ in sets}  # real values: judged like the generated kinds
     rng = np.random.default_rng([verifier.seed, zlib.crc32(repr(canon.key).encode())])
     for kind, values in sets:
-        if [v.dtype for v in values] != dtypes or [v.ndim for v in values] != [v.ndim for v in first]:
-            continue
+        if [v.dtype for v in values] != dtypes or any(not _fits(v, d) for v, d in zip(values, dims, strict=True)):
+            continue  # another set's types or lengths (a session per distinct check and lengths)
         outcome = trial.run_set(kind, tuple(v.shape for v in values), rng, dict(enumerate(values)))
         if isinstance(outcome, CheckResult):
             return outcome
     if not trial.used_sets:
-        return CheckResult("unverified", f"the original does not run on them either ({trial.first_error})")
+        return CheckResult("unverified", f"the original does not run on them ({trial.first_error})")
     return trial.result()
+
+
+def _dims(rewrite: Rewrite, name: str, value: np.ndarray) -> list[int | None]:
+    """The dims the check model declares for an input: the node's static ones, and a 1-D input's length.
+
+    A 1-D input (a shape, sizes, axes) is declared with the length observed: onnxruntime's shape inference
+    of some ops (Resize's ``sizes``) refuses one of unknown length.
+    """
+    vt = rewrite.input_types.get(name)
+    declared = None if vt is None or vt[1] is None or len(vt[1]) != value.ndim else list(vt[1])
+    if value.ndim == 1:
+        return [int(value.shape[0])]
+    return [None] * value.ndim if declared is None else [d if isinstance(d, int) else None for d in declared]
+
+
+def _fits(value: np.ndarray, dims: list[int | None]) -> bool:
+    return value.ndim == len(dims) and all(d is None or d == n for d, n in zip(dims, value.shape, strict=True))
