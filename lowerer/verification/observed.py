@@ -18,9 +18,9 @@ never replaces a failure, and its result is the node's own (never cached for ide
 Cost: nothing where every check ran on generated inputs; otherwise one session of the original model
 and one run per input set, plus one session pair per distinct check (shared by the nodes of that check).
 Memory: a value over :data:`~.inputs.MAX_ELEMENTS` elements (the most a generated input has) is not
-kept, nor values past :data:`MAX_BYTES` in all (the node stays ``unverified``, saying so). Nodes inside If/Loop/Scan bodies and functions are
-not checked this way (their values are not graph values of the model): they stay as the generated
-check left them.
+kept, nor values past :data:`MAX_BYTES` in all (the node stays ``unverified``, saying so). Nodes
+inside If/Loop/Scan bodies and functions are not checked this way (their values are not graph
+values of the model): they stay as the generated check left them.
 """
 
 from __future__ import annotations
