@@ -157,9 +157,9 @@ def observe(source: ObservedSource, names: Sequence[str], sessions: SessionMaker
         for n, v in found:
             array = np.asarray(v)
             if array.size > MAX_ELEMENTS or kept + array.nbytes > MAX_BYTES:
-                out.missing[n] = (f"{n!r} holds {array.size} values, over the {MAX_ELEMENTS} kept for a check"
-                                  if array.size > MAX_ELEMENTS else
-                                  f"the values kept reached {gib(MAX_BYTES)}, the most kept for these checks")
+                too_many = f"{n!r} holds {array.size} values, over the {MAX_ELEMENTS} kept for a check"
+                out.missing.setdefault(n, too_many if array.size > MAX_ELEMENTS else
+                                       f"the values kept reached {gib(MAX_BYTES)}, the most kept for these checks")
                 continue
             kept += array.nbytes
             values[n] = array
