@@ -20,6 +20,7 @@ import onnx
 from lowerer.core.errors import VerificationError
 from lowerer.core.report import Rewrite
 from lowerer.facts import reference
+from lowerer.model_io.scopes import MAIN_GRAPH
 from lowerer.verification import blame
 from lowerer.verification.canon import Canon as _Canon
 from lowerer.verification.canon import canon_of
@@ -42,11 +43,7 @@ from lowerer.verification.specs import (
 from lowerer.verification.trial import Trial, run_shapes
 from lowerer.verification.worker import KNOWN_ABORTS, VerificationWorker, aborts_on
 
-__all__ = ["ARITHMETIC_OPS", "MAIN_GRAPH", "CheckResult", "RewriteVerifier", "canon_of", "strict_check"]
-
-#: The scope path of the main graph (:class:`lowerer.model_io.scopes.Scope`): its rewrites can be checked on
-#: the values the whole model feeds them.
-MAIN_GRAPH = "graph"
+__all__ = ["ARITHMETIC_OPS", "CheckResult", "RewriteVerifier", "canon_of", "strict_check"]
 
 Progress = Callable[[int, int], None]
 
