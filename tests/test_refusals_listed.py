@@ -111,5 +111,5 @@ def test_unverified_lines_are_short_and_merged(capsys: pytest.CaptureFixture[str
                         rule="version-steps", emitted=["Reshape"], reason=raw.format(i)) for i in range(3)]
     print_convert_summary(Report(rewrites=rewrites, source_opset=21, target_opset=19), 0)
     lines = [line for line in capsys.readouterr().err.splitlines() if line.startswith("unverified")]
-    assert lines == ["unverified by per-rewrite checks (3): onnxruntime cannot run the replacement (no kernel for "
-                     "Reshape-19)"]
+    assert lines == ["unverified by per-rewrite checks (3: 'r0', 'r1', 'r2'): onnxruntime cannot run the replacement "
+                     "(no kernel for Reshape-19)"]

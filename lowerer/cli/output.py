@@ -22,7 +22,7 @@ if TYPE_CHECKING:
     from lowerer.core.report import Report
 
 __all__ = ["TerminalProgress", "change_rows", "describe_changes", "informational_warning", "model_check_table",
-           "print_convert_summary", "short_reason"]
+           "named", "print_convert_summary", "short_reason"]
 
 
 def _echo(text: str, err: bool = True) -> None:
@@ -153,19 +153,19 @@ def print_convert_summary(report: Report, level: int) -> None:
     """What changed, one row per change, unverified reasons, whole-model checks and warnings (stderr)."""
     if level < 0:
         return
-    summary = report.summary()
     _echo(describe_changes(report))
     for line in change_rows(report):
         _echo(line)
     model_passed = (report.model_check or {}).get("status") == "equal"
-    shortened: dict[str, int] = {}
-    for reason, count in summary.get("unverified_reasons", {}).items():
-        key = short_reason(_without_model_advice(reason) if model_passed else reason)
-        shortened[key] = shortened.get(key, 0) + count
-    unverified = sorted(shortened.items(), key=lambda kv: -kv[1])
+    shortened: dict[str, list[str]] = {}
+    for r in report.rewrites:
+        if r.status == "unverified":
+            key = short_reason(_without_model_advice(r.reason) if model_passed else r.reason)
+            shortened.setdefault(key, []).append(r.node)
+    unverified = sorted(((reason, len(nodes)) for reason, nodes in shortened.items()), key=lambda kv: -kv[1])
     for reason, count in unverified[:3]:
         text = f"{reason}; the whole-model check covers them" if model_passed else reason
-        _echo(f"unverified by per-rewrite checks ({count}): {text}")
+        _echo(f"unverified by per-rewrite checks ({count}: {named(shortened[reason])}): {text}")
     if len(unverified) > 3:
         rest = sum(count for _, count in unverified[3:])
         _echo(f"unverified by per-rewrite checks ({rest}): for {len(unverified) - 3} other reasons (the report's "
@@ -184,6 +184,16 @@ def print_convert_summary(report: Report, level: int) -> None:
     warning = informational_warning(report)
     if warning:
         _echo(f"lowerer: warning: {warning}")
+
+
+#: How many node names an "unverified" line shows before it counts the rest.
+_NAMED = 3
+
+
+def named(nodes: Sequence[str]) -> str:
+    """The first :data:`_NAMED` node names, quoted, and how many more (``'a', 'b' and 3 more``)."""
+    shown = ", ".join(repr(n) for n in nodes[:_NAMED])
+    return shown + (f" and {len(nodes) - _NAMED} more" if len(nodes) > _NAMED else "")
 
 
 def _fmt(x: Any) -> str:

@@ -15,6 +15,7 @@ import onnx
 from lowerer.core.opsets import default_opset
 
 __all__ = [
+    "MAIN_GRAPH",
     "Locator",
     "Scope",
     "find_graph",
@@ -29,6 +30,9 @@ __all__ = [
     "walk_graphs",
     "walk_nodes",
 ]
+
+#: The path of the main graph's scope (:attr:`Scope.path`).
+MAIN_GRAPH = "graph"
 
 _GRAPH = onnx.AttributeProto.GRAPH
 _GRAPHS = onnx.AttributeProto.GRAPHS
@@ -191,7 +195,7 @@ def find_graph(root: onnx.GraphProto, locator: Locator) -> onnx.GraphProto | Non
 
 def iter_scopes(model: onnx.ModelProto) -> Iterator[Scope]:
     """The main graph's scope, then each model-local function's (subgraphs are found while walking)."""
-    yield Scope("graph", model.graph, default_opset(model.opset_import))
+    yield Scope(MAIN_GRAPH, model.graph, default_opset(model.opset_import))
     for function in model.functions:
         opset = default_opset(function.opset_import)
         if opset is None:

@@ -47,6 +47,7 @@ from lowerer.passes.options import ConvertOptions
 if TYPE_CHECKING:
     from lowerer.backends.plan import BackendPlan
     from lowerer.model_io.input_check import InputCheck
+    from lowerer.verification.observed import ObservedSource
 
 __all__ = ["PIPELINE", "Pass", "State", "run_passes"]
 
@@ -168,6 +169,10 @@ class ConvertPass(Pass):
                                   picker=plan.pick if plan is not None else None,
                                   picked_ops=plan.picked_ops if plan is not None else frozenset(),
                                   ir_version=options.ir_version, input_check=state.checks)
+            if state.verifier is not None and state.verifier.pending:  # unverified: on the values the model feeds
+                from lowerer.verification.observed import check_pending
+
+                check_pending(state.verifier, _observed_source(state))
         except VerificationError as e:  # the report so far, the failing rewrite last, for the user to read
             e.report = Report(rewrites=state.seen, source_opset=default_opset(state.model.opset_import),
                               target_opset=options.target_opset, decompose=tuple(sorted(options.decompose)),
@@ -178,6 +183,21 @@ class ConvertPass(Pass):
         if why is not None:  # a named onnxruntime release without a kernel of some op at the opset it loads
             report.notes.append(why)
         state.report = report
+
+
+def _observed_source(state: State) -> ObservedSource:
+    """The original model and the whole-model check's input options, for the checks on observed values."""
+    from lowerer.verification.observed import ObservedSource
+
+    options = state.options
+    steer = options.verify_model or options.optimize
+    model = state.original if state.original is not None else state.serialized
+    unavailable = ("the caller's large weights are held back from the working copy (convert the saved file to "
+                   "check on them)") if state.held.tensors else None
+    if steer is None:
+        return ObservedSource(model, state.source_dir, seed=options.seed, unavailable=unavailable)
+    return ObservedSource(model, state.source_dir, steer.input_shapes, steer.value_ranges, steer.load_inputs,
+                          options.seed, unavailable)
 
 
 class BackendPass(Pass):

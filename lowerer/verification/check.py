@@ -20,6 +20,7 @@ import onnx
 from lowerer.core.errors import VerificationError
 from lowerer.core.report import Rewrite
 from lowerer.facts import reference
+from lowerer.model_io.scopes import MAIN_GRAPH
 from lowerer.verification import blame
 from lowerer.verification.canon import Canon as _Canon
 from lowerer.verification.canon import canon_of
@@ -74,6 +75,9 @@ class RewriteVerifier:
         self.seconds = 0.0
         self._cache: dict[tuple[object, ...], CheckResult] = {}
         self._cpu: SessionMaker | None = None  # second opinions on the CPU provider (made on the first)
+        #: Rewrites of the main graph left unverified, to check again on the values the model feeds them
+        #: (:func:`lowerer.verification.observed.check_pending`, once the walk is over).
+        self.pending: list[Rewrite] = []
 
     def summary(self) -> dict[str, Any]:
         """Providers, counts (rewrites, distinct checks, cache hits, sessions) and time spent."""
@@ -86,6 +90,8 @@ class RewriteVerifier:
             out["cuda"] = cuda
         if self._cpu is not None:
             out["second_opinions"] = self._cpu.sessions
+        if self.stats["observed_rewrites"]:  # checked again on the values the model feeds them (.observed)
+            out["observed"] = {k: self.stats[f"observed_{k}"] for k in ("rewrites", "verified", "runs")}
         if self.worker.starts:
             out["worker"] = {"starts": self.worker.starts, "aborts": self.worker.aborts}
         return out
@@ -123,6 +129,8 @@ class RewriteVerifier:
             rewrite.reason = result.reason
             rewrite.provider = result.provider
             rewrite.details = {**result.details, "reused": reused}
+            if result.status == "unverified" and rewrite.scope == MAIN_GRAPH:
+                self.pending.append(rewrite)
             if result.status == "failed":
                 raise VerificationError(self._message(rewrite, canon, result))
         finally:

@@ -27,6 +27,7 @@ import logging
 import os
 import tempfile
 import zipfile
+import zlib
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -56,6 +57,7 @@ __all__ = [
     "find_index_uses",
     "generate_sets",
     "load_sets",
+    "model_sets",
     "merge_specs",
     "model_inputs",
     "parse_input_shapes",
@@ -199,6 +201,24 @@ def generate_sets(model: onnx.ModelProto, specs: Sequence[InputSpec], *, seed_ke
                     notes.append(why)
             sets.append(FeedSet(_label(kind, specs, feeds), feeds))
     return sets, notes
+
+
+def model_sets(model: onnx.ModelProto, specs: Sequence[InputSpec], *, seed: int,
+               input_shapes: Mapping[str, tuple[int, ...]] | None = None,
+               value_ranges: Mapping[str, tuple[float, float]] | None = None,
+               load_inputs: Sequence[str | os.PathLike[str]] = ()) -> list[FeedSet]:
+    """The whole-model check's input sets of ``model``: loaded from ``load_inputs``, else generated with its seed.
+
+    The same sets :func:`lowerer.verification.whole.compare_models` runs ``model`` on (the seed keyed by
+    the graph's name).
+
+    Raises:
+        InputError: options or loaded arrays that do not fit the model's inputs.
+    """
+    if load_inputs:
+        return load_sets(load_inputs, specs)
+    key = [seed, zlib.crc32(model.graph.name.encode())]
+    return generate_sets(model, specs, seed_key=key, input_shapes=input_shapes, value_ranges=value_ranges)[0]
 
 
 def _label(kind: str, specs: Sequence[InputSpec], feeds: Mapping[str, np.ndarray]) -> str:
