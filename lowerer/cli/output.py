@@ -98,7 +98,7 @@ def informational_warning(report: Report) -> str | None:
     if not count:
         return None
     more = f" and {count - len(found)} more" if count > len(found) else ""
-    return (f"{count} rewrite{'s' if count != 1 else ''} compute differently from the original on NaN inputs "
+    return (f"{count} rewrite{'s compute' if count != 1 else ' computes'} differently from the original on NaN inputs "
             f"(recorded, not judged: ONNX leaves NaN handling open for these ops): {', '.join(found)}{more}; "
             "see details.nan in the report")
 

@@ -190,7 +190,8 @@ class Trial:
             repl.resolve_placement()
         self.used_sets.append(desc)
         for (_, orig_out), exp, act in zip(canon.outputs, expected, actual, strict=True):
-            failure = self._compare_output(kind, desc, orig_out, exp, act, feeds.get(self.names[0]))
+            failure = self._compare_output(kind, desc, orig_out, exp, act,
+                                           feeds.get(self.names[0]) if self.names else None)
             if failure is not None:
                 failure.evidence = {"feeds": feeds, "original": expected, "replacement": actual}
                 return failure
