@@ -1,17 +1,27 @@
 """The checks themselves checked (issue 36): each is given a wrong rule it must catch, or a right one it must pass.
 
 * a relabel is checked for every rank (and static dims, element type) it is applied to, not once per op;
+* the final model is opened and run with onnxruntime's default session options (as users open it): a
+  ``--fold-dequantize`` to opset 10 of a quantize_static model loads and computes what the original does, and
+  the fold's old form (a plain float initializer, which onnxruntime's optimizer quantizes again with a Round-11)
+  is exit 1 naming the optimizer and the node;
 """
 
 from __future__ import annotations
 
+from pathlib import Path
+
+import numpy as np
 import onnx
+import onnxruntime as ort
 import pytest
 from _mutant_list import KeepsCoercedAxis
 from _mutants import replace_span
+from test_fold_dequantize import qdq_path  # noqa: F401 (a fixture)
 from onnx import TensorProto, helper
 
 import lowerer
+import lowerer.rules.dequantize_fold as fold_module
 from lowerer.core.errors import VerificationError
 from lowerer.steps.engine import StepEngine
 
@@ -40,3 +50,27 @@ def test_a_relabel_is_checked_for_each_rank(monkeypatch: pytest.MonkeyPatch, typ
     monkeypatch.setattr(StepEngine, "_meaning_changes", lambda self, node, source, target: False)
     with pytest.raises(VerificationError, match=r"'s3d'.*Softmax-11.*rule 'same-meaning'.*failed verification"):
         lowerer.convert(_softmaxes(typed), target_opset=13)
+
+
+def _default_run(model: onnx.ModelProto, feeds: dict[str, np.ndarray]) -> list[np.ndarray]:
+    """``model`` run as users run it: ``InferenceSession`` without session options."""
+    return list(ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, feeds))
+
+
+def test_the_fold_to_10_opens_as_users_open_it(qdq_path: Path) -> None:  # noqa: F811
+    original = onnx.load(qdq_path)
+    result = lowerer.convert(original, target_opset=10, fold_dequantize=True)
+    assert any(n.startswith("users' session: ran") for n in result.report.notes)
+    rng = np.random.default_rng(3)
+    for scale in (0.5, 50.0):
+        feeds = {"x": (rng.standard_normal((1, 3, 4, 4)) * scale).astype(np.float32)}
+        for want, got in zip(_default_run(original, feeds), _default_run(result.model, feeds), strict=True):
+            assert np.array_equal(want, got)
+
+
+def test_a_model_only_the_default_options_fail_is_exit_1(qdq_path: Path,  # noqa: F811
+                                                         monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(fold_module, "KEPT_FROM", 11)  # the fold's old form: a plain float initializer at 10
+    with pytest.raises(VerificationError, match=r"as users open it.*graph optimizer leaves node '[^']*' \(Round, "
+                                                r"inserted by onnxruntime's optimizer\)"):
+        lowerer.convert(onnx.load(qdq_path), target_opset=10, fold_dequantize=True)
