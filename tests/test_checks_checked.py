@@ -5,6 +5,8 @@
   ``--fold-dequantize`` to opset 10 of a quantize_static model loads and computes what the original does, and
   the fold's old form (a plain float initializer, which onnxruntime's optimizer quantizes again with a Round-11)
   is exit 1 naming the optimizer and the node;
+* a listed kernel departure (``departures.json``) applies to every check that meets it: GlobalMaxPool-22 -> 18
+  on a rank-5 input (a relabel whose replacement runs onnxruntime's GlobalMaxPool) converts and verifies;
 """
 
 from __future__ import annotations
@@ -16,9 +18,9 @@ import onnx
 import onnxruntime as ort
 import pytest
 from _mutant_list import KeepsCoercedAxis
-from _mutants import replace_span
-from test_fold_dequantize import qdq_path  # noqa: F401 (a fixture)
+from _mutants import one_node, replace_span
 from onnx import TensorProto, helper
+from test_fold_dequantize import qdq_path  # noqa: F401 (a fixture)
 
 import lowerer
 import lowerer.rules.dequantize_fold as fold_module
@@ -74,3 +76,39 @@ def test_a_model_only_the_default_options_fail_is_exit_1(qdq_path: Path,  # noqa
     with pytest.raises(VerificationError, match=r"as users open it.*graph optimizer leaves node '[^']*' \(Round, "
                                                 r"inserted by onnxruntime's optimizer\)"):
         lowerer.convert(onnx.load(qdq_path), target_opset=10, fold_dequantize=True)
+
+
+def test_a_listed_departure_applies_to_the_relabel_check(monkeypatch: pytest.MonkeyPatch) -> None:
+    from lowerer.passes import relabels
+
+    made: list[relabels.RelabelCheck] = []
+    real = relabels.RelabelCheck.__init__
+
+    def init(self: relabels.RelabelCheck, *args: object, **kwargs: object) -> None:
+        real(self, *args, **kwargs)  # type: ignore[arg-type]
+        made.append(self)
+
+    monkeypatch.setattr(relabels.RelabelCheck, "__init__", init)
+    lowerer.convert(one_node("GlobalMaxPool", 22, {}, [1, 2, 3, 4, 5]), target_opset=18)
+    (check,) = [r for c in made for r in c.checked]
+    assert check.status == "verified" and "kernel_departure" in check.details
+    assert "GlobalMaxPool (the replacement's, opset 18) departs" in check.details["kernel_departure"]["statement"]
+
+
+def test_a_listed_departure_does_not_excuse_a_wrong_relabel(monkeypatch: pytest.MonkeyPatch) -> None:
+    """GlobalMaxPool-22 -> 18 "relabelled" into MaxPool's neighbour GlobalAveragePool: still refused."""
+    from lowerer.core.report import Rewrite
+    from lowerer.passes import relabels
+
+    def wrong(self: relabels.RelabelCheck, node: onnx.NodeProto, index: int, scope: object,
+              versions: tuple[int, int], source: int, target: int) -> None:
+        other = onnx.NodeProto()
+        other.CopyFrom(node)
+        other.op_type = "GlobalAveragePool"
+        self.verifier(Rewrite(node=node.name, op_type=node.op_type, scope="graph", from_version=versions[0],
+                              to_opset=target, rule=relabels.RULE, emitted=[other.op_type], original=node,
+                              replacement=[other], from_opset=source, **self.describe(node, scope)))  # type: ignore[arg-type]
+
+    monkeypatch.setattr(relabels.RelabelCheck, "_check", wrong)
+    with pytest.raises(VerificationError, match=r"GlobalMaxPool-22.*same-meaning"):
+        lowerer.convert(one_node("GlobalMaxPool", 22, {}, [1, 2, 3, 4, 5]), target_opset=18)

@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import json
 import logging
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
@@ -40,7 +40,7 @@ if TYPE_CHECKING:
     from lowerer.core.report import Rewrite
 
 __all__ = ["BY_SPEC", "CONDITIONS", "Departure", "departures", "kernel_departs_from_spec", "listed_departure",
-           "provider_departs", "unlisted", "worst_gap"]
+           "provider_departs", "replacement_departure", "unlisted", "worst_gap"]
 
 logger = logging.getLogger(__name__)
 
@@ -108,6 +108,20 @@ def listed_departure(op: str, version: int, provider: str, inputs: Sequence[np.n
     return None
 
 
+def replacement_departure(nodes: Sequence[Any], opset: int, provider: str,
+                          feeds: Mapping[str, np.ndarray]) -> Departure | None:
+    """The listed departure of a kernel of ``nodes`` (a replacement at ``opset``) that the failing ``feeds`` meet.
+
+    Only a node that reads the check's inputs themselves (``feeds`` by name) is judged: its condition is
+    evaluated on the very values it read.
+    """
+    for n in nodes:
+        for d in departures_of([n], opset, provider):
+            if all(i in feeds for i in n.input if i) and CONDITIONS[d.condition]([feeds[i] for i in n.input if i]):
+                return d
+    return None
+
+
 def departures_of(nodes: Sequence[Any], opset: int, provider: str) -> list[Departure]:
     """The listed departures of ``provider``'s kernels for the ops of ``nodes`` at ``opset`` (any condition)."""
     return [d for n in nodes for d in departures()
@@ -172,14 +186,22 @@ def provider_departs(rewrite: Rewrite, failed: CheckResult, on_cpu: CheckResult,
 
 
 def kernel_departs_from_spec(rewrite: Rewrite, failed: CheckResult, by_spec: CheckResult,
-                             listed: Departure) -> CheckResult:
-    """The spec (numpy reference) agrees with the replacement where onnxruntime disagreed (a listed departure)."""
+                             listed: Departure, side: str = "original") -> CheckResult:
+    """The spec (numpy reference) agrees with the other side where onnxruntime disagreed (a listed departure).
+
+    ``side``: whose kernel departs, the ``original``'s (judged by its spec, the replacement agrees) or the
+    ``replacement``'s (both sides judged by their specs agree).
+    """
     original = f"{rewrite.op_type}-{rewrite.from_version}"
-    on = failed.provider or "CPUExecutionProvider"
-    said = (f"onnxruntime's {on} kernel of {original} departs from the ONNX spec here: {listed.statement} "
-            f"(lowerer's numpy reference of {original} agrees with the replacement)")
+    on = listed.provider if side == "replacement" else failed.provider or "CPUExecutionProvider"
+    if side == "replacement":
+        kernel = f"{listed.op} (the replacement's, opset {rewrite.to_opset})"
+        agrees = f"judged by lowerer's numpy reference, the replacement agrees with {original}"
+    else:
+        kernel, agrees = original, f"lowerer's numpy reference of {original} agrees with the replacement"
+    said = f"onnxruntime's {on} kernel of {kernel} departs from the ONNX spec here: {listed.statement} ({agrees})"
     details: dict[str, Any] = {**by_spec.details, "kernel_departure": {
-        "kernel": f"{on} {original}", "statement": said, "condition": listed.condition, "source": listed.source,
+        "kernel": f"{on} {kernel}", "statement": said, "condition": listed.condition, "source": listed.source,
         "failure_on_provider": failed.failure or failed.reason}}
     _warn_once(f"spec:{on}:{original}:{rewrite.rule}",
                f"{said}; node {rewrite.node!r}'s rewrite is verified against the spec "
