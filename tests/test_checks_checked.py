@@ -7,6 +7,9 @@
   is exit 1 naming the optimizer and the node;
 * a listed kernel departure (``departures.json``) applies to every check that meets it: GlobalMaxPool-22 -> 18
   on a rank-5 input (a relabel whose replacement runs onnxruntime's GlobalMaxPool) converts and verifies;
+* the whole-model check (``--verify-model``, ``lowerer verify``) and the deployment check compare every output
+  (a wrong second output is caught), the whole-model check on ±inf sets too (judged) and NaN sets (recorded),
+  and a listed departure met inside a model (GlobalMaxPool's all -inf plane) does not fail it.
 """
 
 from __future__ import annotations
@@ -112,3 +115,70 @@ def test_a_listed_departure_does_not_excuse_a_wrong_relabel(monkeypatch: pytest.
     monkeypatch.setattr(relabels.RelabelCheck, "_check", wrong)
     with pytest.raises(VerificationError, match=r"GlobalMaxPool-22.*same-meaning"):
         lowerer.convert(one_node("GlobalMaxPool", 22, {}, [1, 2, 3, 4, 5]), target_opset=18)
+
+
+# -- the whole-model and deployment checks: every output, special sets, departures ----------------------------
+
+def _two_outputs() -> onnx.ModelProto:
+    """Output 0 a Relu (relabelled, right), output 1 a Softmax(axis=1) on a 3-D input (the one made wrong)."""
+    nodes = [helper.make_node("Relu", ["x"], ["r"]), helper.make_node("Softmax", ["x"], ["s"], axis=1)]
+    graph = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", F, [2, 3, 4])],
+                              [helper.make_tensor_value_info("r", F, [2, 3, 4]),
+                               helper.make_tensor_value_info("s", F, [2, 3, 4])])
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 11)], ir_version=7)
+
+
+def test_verify_model_compares_every_output(monkeypatch: pytest.MonkeyPatch) -> None:
+    replace_span("Softmax", KeepsCoercedAxis())(monkeypatch)  # output 's' wrong; per-rewrite checks off
+    with pytest.raises(VerificationError, match=r"whole-model check failed: .*output 's'"):
+        lowerer.convert(_two_outputs(), target_opset=13, verify=False, verify_model=True)
+
+
+def test_the_deployment_comparison_compares_every_output() -> None:
+    from lowerer.backends import deployment
+    from lowerer.verification.feeds import FeedSet
+
+    model = _two_outputs()
+    sets = [FeedSet("normal (x: float32[2,3,4])", {"x": np.ones((2, 3, 4), np.float32)})]
+    want = [[np.ones((2, 3, 4), np.float32), np.ones((2, 3, 4), np.float32)]]
+    got = [[want[0][0], want[0][1] + 1]]
+    stats = deployment._compare(model, want, got, sets, 1e-3)
+    assert [s.name for s in stats if not s.ok] == ["s"]
+
+
+def _pair(changed: str) -> tuple[onnx.ModelProto, onnx.ModelProto]:
+    """Relu(x), and Relu(x) with the values where ``changed`` (IsInf or IsNaN) holds replaced by 0."""
+    x = helper.make_tensor_value_info("x", F, [4, 8])
+    y = helper.make_tensor_value_info("y", F, [4, 8])
+    a = helper.make_graph([helper.make_node("Relu", ["x"], ["y"])], "a", [x], [y])
+    zero = onnx.numpy_helper.from_array(np.zeros((), np.float32), "zero")
+    b = helper.make_graph([helper.make_node("Relu", ["x"], ["r"]), helper.make_node(changed, ["x"], ["m"]),
+                           helper.make_node("Where", ["m", "zero", "r"], ["y"])], "b", [x], [y], [zero])
+    return (helper.make_model(a, opset_imports=[helper.make_opsetid("", 13)]),
+            helper.make_model(b, opset_imports=[helper.make_opsetid("", 13)]))
+
+
+def test_the_whole_model_check_judges_inf_and_records_nan() -> None:
+    from lowerer.verification.whole import ModelSource, compare_models
+
+    on_inf = compare_models(*(ModelSource(m, None, n) for m, n in zip(_pair("IsInf"), "AB", strict=True)))
+    assert on_inf.status == "different" and "input set inf" in on_inf.reason
+    on_nan = compare_models(*(ModelSource(m, None, n) for m, n in zip(_pair("IsNaN"), "AB", strict=True)))
+    assert on_nan.status == "equal" and not any(s.startswith("nan") for s in on_nan.input_sets)
+    assert "values differ (recorded, not judged)" in next(iter(on_nan.details["recorded"].values()))
+
+
+def test_a_listed_departure_inside_a_model_does_not_fail_the_whole_model_check() -> None:
+    """GlobalMaxPool against ReduceMax on single-element planes: onnxruntime's departs on a -inf one (listed)."""
+    from lowerer.verification.whole import ModelSource, compare_models
+
+    x = helper.make_tensor_value_info("x", F, [2, 8, 1, 1])
+    y = helper.make_tensor_value_info("y", F, [2, 8, 1, 1])
+    pool = helper.make_model(helper.make_graph([helper.make_node("GlobalMaxPool", ["x"], ["y"])], "a", [x], [y]),
+                             opset_imports=[helper.make_opsetid("", 13)])
+    reduce = helper.make_model(helper.make_graph([helper.make_node("ReduceMax", ["x"], ["y"], axes=[2, 3])], "b",
+                                                 [x], [y]), opset_imports=[helper.make_opsetid("", 13)])
+    result = compare_models(ModelSource(pool, None, "original"), ModelSource(reduce, None, "converted"))
+    assert result.status == "equal", result.reason
+    (said,) = result.details["departures"].values()
+    assert "'GlobalMaxPool' (GlobalMaxPool) meets a listed departure" in said

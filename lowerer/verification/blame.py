@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from functools import cache
@@ -32,6 +33,8 @@ from typing import TYPE_CHECKING, Any
 
 import ml_dtypes
 import numpy as np
+import onnx
+from onnx import numpy_helper
 
 from lowerer.core.opsets import since_version
 from lowerer.verification.result import CheckResult
@@ -39,8 +42,8 @@ from lowerer.verification.result import CheckResult
 if TYPE_CHECKING:
     from lowerer.core.report import Rewrite
 
-__all__ = ["BY_SPEC", "CONDITIONS", "Departure", "departures", "kernel_departs_from_spec", "listed_departure",
-           "provider_departs", "replacement_departure", "unlisted", "worst_gap"]
+__all__ = ["BY_SPEC", "CONDITIONS", "Departure", "departure_met", "departures", "kernel_departs_from_spec",
+           "listed_departure", "provider_departs", "replacement_departure", "unlisted", "worst_gap"]
 
 logger = logging.getLogger(__name__)
 
@@ -207,3 +210,42 @@ def kernel_departs_from_spec(rewrite: Rewrite, failed: CheckResult, by_spec: Che
                f"{said}; node {rewrite.node!r}'s rewrite is verified against the spec "
                f"(onnxruntime: {failed.failure or failed.reason})")
     return CheckResult("verified", f"{by_spec.reason}; {said}", by_spec.provider, details)
+
+
+def departure_met(model: onnx.ModelProto, base_dir: str | os.PathLike[str] | None, feeds: Mapping[str, np.ndarray],
+                  provider: str) -> str | None:
+    """Whether ``feeds`` make a node of ``model`` (main graph) meet a listed departure of ``provider``'s kernel.
+
+    The values the nodes of listed ops read are computed (the model run once with them as outputs, on the
+    CPU provider) and each departure's condition judged on them. Returns what the departure says, or None
+    (none met, none listed for the model's ops, or the values cannot be had).
+    """
+    from lowerer.core.opsets import default_opset
+    from lowerer.verification.runner import SessionMaker
+
+    opset = default_opset(model.opset_import)
+    if opset is None:
+        return None
+    nodes = [(n, d) for n in model.graph.node for d in departures_of([n], opset, provider)]
+    if not nodes:
+        return None
+    wanted = list(dict.fromkeys(i for n, _ in nodes for i in n.input if i and i not in feeds))
+    inits = {t.name: t for t in model.graph.initializer}
+    probe = onnx.ModelProto()
+    probe.CopyFrom(model)
+    computed = [w for w in wanted if w not in inits]
+    probe.graph.output.extend(onnx.ValueInfoProto(name=w) for w in computed)
+    engine = SessionMaker([provider]).create(probe, base_dir)
+    if isinstance(engine, str):
+        return None
+    try:
+        values = dict(zip([o.name for o in probe.graph.output], engine.run(feeds), strict=True))
+        values.update({w: numpy_helper.to_array(inits[w]) for w in wanted if w in inits})
+    except Exception:  # external data, a run that fails: no finding
+        return None
+    values.update(feeds)
+    for node, d in nodes:
+        if CONDITIONS[d.condition]([np.asarray(values[i]) for i in node.input if i]):
+            return f"node {node.name or node.op_type!r} ({node.op_type}) meets a listed departure: {d.statement} " \
+                   f"(source: {d.source})"
+    return None
