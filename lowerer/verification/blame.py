@@ -43,7 +43,7 @@ if TYPE_CHECKING:
     from lowerer.core.report import Rewrite
 
 __all__ = ["BY_SPEC", "CONDITIONS", "Departure", "departure_met", "departures", "kernel_departs_from_spec",
-           "listed_departure", "provider_departs", "replacement_departure", "unlisted", "worst_gap"]
+           "listed_departure", "nan_made_inside", "provider_departs", "replacement_departure", "unlisted", "worst_gap"]
 
 logger = logging.getLogger(__name__)
 
@@ -248,4 +248,41 @@ def departure_met(model: onnx.ModelProto, base_dir: str | os.PathLike[str] | Non
         if CONDITIONS[d.condition]([np.asarray(values[i]) for i in node.input if i]):
             return f"node {node.name or node.op_type!r} ({node.op_type}) meets a listed departure: {d.statement} " \
                    f"(source: {d.source})"
+    return None
+
+
+#: Above this many main-graph nodes a failing ±inf set is not searched for a NaN made inside (then recorded).
+NAN_SEARCH_LIMIT = 3000
+
+
+def nan_made_inside(model: onnx.ModelProto, base_dir: str | os.PathLike[str] | None,
+                    feeds: Mapping[str, np.ndarray], name: str) -> str | None:
+    """Where ``model`` (called ``name``) first makes a NaN of ±inf on ``feeds`` (``inf - inf``, ``0 * inf``), or None.
+
+    NaN's handling is left open by the spec for most ops and recorded, not judged, by the per-rewrite
+    checks; a ±inf set that makes NaN inside a whole model is recorded likewise (:mod:`.whole`).
+    """
+    from lowerer.verification.providers import CPU
+    from lowerer.verification.runner import SessionMaker
+
+    graph = model.graph
+    if len(graph.node) > NAN_SEARCH_LIMIT:
+        return f"the model has over {NAN_SEARCH_LIMIT} nodes; not searched for a NaN made inside"
+    probe = onnx.ModelProto()
+    probe.CopyFrom(model)
+    known = {o.name for o in probe.graph.output}
+    probe.graph.output.extend(onnx.ValueInfoProto(name=o) for n in graph.node for o in n.output
+                              if o and o not in known)
+    engine = SessionMaker([CPU]).create(probe, base_dir)
+    if isinstance(engine, str):
+        return None
+    try:
+        values = dict(zip([o.name for o in probe.graph.output], engine.run(feeds), strict=True))
+    except Exception:  # the probe cannot run: the set stays judged
+        return None
+    for node in graph.node:
+        out = next((o for o in node.output if o in values and np.asarray(values[o]).dtype.kind == "f"
+                    and bool(np.isnan(values[o]).any())), None)
+        if out is not None:
+            return f"{name} makes NaN of ±inf at node {node.name or node.op_type!r} ({node.op_type})"
     return None
