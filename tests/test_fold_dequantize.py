@@ -91,8 +91,11 @@ def test_quantizer_model_folds_below_13_and_computes_the_same(qdq_path: Path, ta
     model = result.model
     assert model.opset_import[0].version == target
     left = {i.name: i for i in model.graph.initializer}
-    for r in folds:  # each fold is an initializer under the node's output name, float32
-        assert left[r.original.output[0]].data_type == T.FLOAT  # type: ignore[union-attr]
+    made = {o: n for n in model.graph.node for o in n.output}
+    for r in folds:  # each fold: a float32 initializer times a DequantizeLinear of 1, under the node's output name
+        mul = made[r.original.output[0]]  # type: ignore[union-attr]
+        assert mul.op_type == "Mul" and left[mul.input[0]].data_type == T.FLOAT
+        assert made[mul.input[1]].op_type == "DequantizeLinear"
     assert not any(n.op_type == "DequantizeLinear" and any(a.name == "axis" for a in n.attribute)
                    for n in model.graph.node)
     _assert_same(original, model, "x", (1, 3, 4, 4), np.float32)
@@ -145,7 +148,8 @@ def test_inside_a_function_the_fold_is_a_constant_node() -> None:
     result = lowerer.convert(original, target_opset=11, fold_dequantize=True)
     (rewrite,) = result.report.rewrites
     assert rewrite.status == "verified" and rewrite.change.endswith("folded into a float constant")
-    assert [n.op_type for n in result.model.functions[0].node] == ["Constant", "MatMul"]
+    assert [n.op_type for n in result.model.functions[0].node] == [
+        "Constant", "Constant", "DequantizeLinear", "Constant", "Mul", "MatMul"]
     _assert_same(original, result.model, "x", (2, 3), np.float32)
 
 

@@ -198,8 +198,9 @@ def change_words(rewrite: Rewrite) -> str:
     loops = rewrite.loops
     if loops:
         return f"as {loops[0].loop}"
-    if rewrite.op_type == "DequantizeLinear" and rewrite.emitted in (["initializer"], ["Constant"]):
-        return "folded into a float constant"  # fold_dequantize
+    if rewrite.op_type == "DequantizeLinear" and (rewrite.emitted in (["initializer"], ["Constant"])
+                                                  or rewrite.emitted[-1:] == ["Mul"]):
+        return "folded into a float constant"  # fold_dequantize (times a DequantizeLinear of 1 from opset 10)
     for c in rewrite.crossings:
         if c.kind == "expansion":
             return "as its function body"

@@ -18,8 +18,10 @@ same passes, in this order, over one :class:`State`:
 4. ``validate``: the output against its target's schemas and onnx's checker (:mod:`lowerer.passes.validation`);
 5. ``verify-model``: the whole original and converted models run and compared (``verify_model``);
 6. ``optimize``: onnxscript's optimizer, and the comparison of its result (``optimize``);
-7. ``placement``: the backend's provider opens the model with CPU fallback off (``for_backend``);
-8. ``deployment``: the converted model runs on the backend's own runtime where it is installed (OpenVINO,
+7. ``users-session``: the final model opened and run once with onnxruntime's default session options, as
+   users open it (the checks run with graph optimizations off; :mod:`lowerer.verification.default_session`);
+8. ``placement``: the backend's provider opens the model with CPU fallback off (``for_backend``);
+9. ``deployment``: the converted model runs on the backend's own runtime where it is installed (OpenVINO,
    rknn-toolkit2's simulator ...) and is compared with onnxruntime CPU (:mod:`lowerer.backends.deployment`).
 
 The contract, enforced by :class:`Pass`: a pass runs only where :meth:`Pass.applies`, works on
@@ -306,6 +308,32 @@ class OptimizePass(Pass):
         state.model = optimized
 
 
+class UsersSessionPass(Pass):
+    """The final model opened and run once with onnxruntime's default session options, as users open it.
+
+    The checks run onnxruntime with graph optimizations off; this one does not
+    (:mod:`lowerer.verification.default_session`). A model that only the default options fail is exit 1.
+    """
+
+    name = "users-session"
+
+    def applies(self, state: State) -> bool:
+        from lowerer.verification.ort_support import ort_supports
+
+        return state.options.verify and ort_supports(state.model)
+
+    def run(self, state: State) -> None:
+        from lowerer.verification.default_session import open_as_users_do
+
+        result = open_as_users_do(state.model, state.source_dir, state.options.seed)
+        state.report.notes.append(f"users' session: {result.status}: {result.reason}")
+        logger.info("users' session (%.2f s): %s", result.seconds, result.reason)
+        if result.failed:
+            error = VerificationError(f"the converted model fails as users open it: {result.reason}")
+            error.report = state.report
+            raise error
+
+
 class PlacementPass(Pass):
     """The backend's provider opens the model with CPU fallback disabled, where it is installed."""
 
@@ -346,7 +374,7 @@ class DeploymentPass(Pass):
 
 #: The passes, in order.
 PIPELINE: tuple[Pass, ...] = (ImportsPass(), ConvertPass(), BackendPass(), CleanupPass(), ValidatePass(),
-                              ModelCheckPass(), OptimizePass(), PlacementPass(), DeploymentPass())
+                              ModelCheckPass(), OptimizePass(), UsersSessionPass(), PlacementPass(), DeploymentPass())
 
 
 def run_passes(state: State, passes: tuple[Pass, ...] = PIPELINE) -> None:

@@ -79,7 +79,9 @@ class ConversionWalk:
         #: The nodes that cannot be converted, in the order met (see :meth:`refusal`).
         self.refused: list[tuple[ConversionError, dict[str, Any]]] = []
         self.strict = RewriteChecker()
-        self.relabels = None if verifier is None else RelabelCheck(verifier, self._described, self.shapes.known)
+        self.relabels = None if verifier is None else RelabelCheck(
+            verifier, self._described, self.shapes.known,
+            lambda scope, name: checked_type(self.shapes, self.constants, scope, name))
         self.report = Report(target_opset=target,
                              decompose=tuple(sorted({*request.decompose, *(o.lower() for o in request.expand)})))
 
@@ -318,8 +320,7 @@ class ConversionWalk:
     def _described(self, node: onnx.NodeProto, scope: Scope) -> dict[str, Any]:
         """The facts about ``node``'s inputs a relabel's check feeds (:class:`~lowerer.passes.relabels.RelabelCheck`).
 
-        Types as known without running shape inference where they are (the relabel check looks for such a
-        node of the pattern first: a whole-model inference costs more than the checks), else as facts give them.
+        Types as known without running shape inference where they are, else as facts give them.
         """
         types = {name: self.shapes.known(scope, name) for name in node.input if name}
         types = {name: vt if vt and vt[0] else checked_type(self.shapes, self.constants, scope, name)

@@ -4,7 +4,9 @@ Per-channel QDQ models (onnxruntime's ``quantize_static(..., per_channel=True)``
 weights and biases with per-axis scales, which came at DequantizeLinear-13; int16/uint16/int4/uint4
 came at 21, float8 at 19, blocks (``block_size``) at 21. Where the target's DequantizeLinear cannot
 express such a node and the caller asks for it (``--fold-dequantize``), a node whose inputs are all
-constants is replaced by the tensor it computes: the model keeps float weights there.
+constants is replaced by the tensor it computes: the model keeps float weights there. From opset 10
+the tensor is multiplied by a ``DequantizeLinear`` of 1, so that onnxruntime's default optimizations
+do not quantize it again (see :data:`KEPT_FROM`).
 
 The value is onnxruntime's, bit for bit. Its CPU kernel (microsoft/onnxruntime,
 ``onnxruntime/core/providers/cpu/quantization/quantize_linear.cc``, ``DequantizeLinearApply``) computes
@@ -28,7 +30,7 @@ from onnx import numpy_helper
 
 from lowerer.steps.emitter import Emitter, attr
 
-__all__ = ["REQUANTIZE", "fold_or_refuse", "folded"]
+__all__ = ["KEPT_FROM", "REQUANTIZE", "fold_or_refuse", "folded"]
 
 T = onnx.TensorProto
 #: Integer element types: ``(x - zero_point)`` in int32.
@@ -39,6 +41,15 @@ _FLOAT8 = frozenset({T.FLOAT8E4M3FN, T.FLOAT8E4M3FNUZ, T.FLOAT8E5M2, T.FLOAT8E5M
 #: Scale (output) types onnxruntime's kernel computes with (it has no bfloat16 output).
 _SCALES: dict[int, type[np.floating]] = {T.FLOAT: np.float32, T.FLOAT16: np.float16}
 
+#: From this opset (DequantizeLinear-10) a folded value is multiplied by a ``DequantizeLinear`` of 1 (onnxruntime
+#: does not constant-fold a DequantizeLinear in a QDQ model: ``ConstantFolding``'s ``skip_dequantize_linear``,
+#: ``onnxruntime/core/optimizer/constant_folding.cc``), so that with its default session options onnxruntime
+#: sees no float initializer where a QDQ Conv, ConvTranspose or Gemm takes its weight or bias: its
+#: ``WeightBiasQuantization`` (``onnxruntime/core/optimizer/qdq_transformer/weight_bias_quantization.cc``, a
+#: level-1 transformer) would quantize such a float weight again (per tensor: other values than the verified
+#: ones) and a float bias with a ``Round`` node, which below opset 11 makes the model fail to load ("No Op
+#: registered for Round with domain_version of 10").
+KEPT_FROM = 10
 #: What works without the fold, for a model made by a quantizer.
 REQUANTIZE = "re-quantize with 8-bit per-tensor types"
 #: The remedy of a DequantizeLinear the target cannot express whose inputs are constants.
@@ -139,8 +150,23 @@ def fold_or_refuse(em: Emitter, why: str, fits: str = REQUANTIZE) -> None:
                    attr(node, "axis", 1) or 0, attr(node, "block_size", 0) or 0)
     if isinstance(value, str):
         em.refuse(f"{why}, and --fold-dequantize cannot fold it: {value}; {fits}")
+    if em.target >= KEPT_FROM:
+        _kept_from_optimizer(em, value)
+        return
     tensor = numpy_helper.from_array(value, node.output[0])
     if em.scope.graph is None:
         em.op("Constant", [], [node.output[0]], value=tensor)
     else:
         em.constants.append(tensor)  # the value under the output's name: no node left
+
+
+def _kept_from_optimizer(em: Emitter, value: np.ndarray) -> None:
+    """The folded ``value`` times a one that onnxruntime's optimizer does not fold: ``Mul(value, DQ(1))``.
+
+    See :data:`KEPT_FROM`. ``v * 1`` is ``v`` bit for bit (signed zeros, infinities and NaN included).
+    """
+    one = em.op("DequantizeLinear", [em.const(np.array(1, np.uint8), "one_q"),
+                                     em.const(np.array(1.0, np.float32), "one_scale")])
+    if value.dtype != np.float32:
+        one = em.op("Cast", [one], to=T.FLOAT16)
+    em.op("Mul", [em.const(value, "folded"), one], [em.node.output[0]])

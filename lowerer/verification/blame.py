@@ -24,7 +24,8 @@ from __future__ import annotations
 
 import json
 import logging
-from collections.abc import Callable, Sequence
+import os
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
@@ -32,6 +33,8 @@ from typing import TYPE_CHECKING, Any
 
 import ml_dtypes
 import numpy as np
+import onnx
+from onnx import numpy_helper
 
 from lowerer.core.opsets import since_version
 from lowerer.verification.result import CheckResult
@@ -39,8 +42,8 @@ from lowerer.verification.result import CheckResult
 if TYPE_CHECKING:
     from lowerer.core.report import Rewrite
 
-__all__ = ["BY_SPEC", "CONDITIONS", "Departure", "departures", "kernel_departs_from_spec", "listed_departure",
-           "provider_departs", "unlisted", "worst_gap"]
+__all__ = ["BY_SPEC", "CONDITIONS", "Departure", "departure_met", "departures", "kernel_departs_from_spec",
+           "listed_departure", "nan_made_inside", "provider_departs", "replacement_departure", "unlisted", "worst_gap"]
 
 logger = logging.getLogger(__name__)
 
@@ -123,6 +126,20 @@ def listed_departure(op: str, version: int, provider: str, inputs: Sequence[np.n
     return None
 
 
+def replacement_departure(nodes: Sequence[Any], opset: int, provider: str,
+                          feeds: Mapping[str, np.ndarray]) -> Departure | None:
+    """The listed departure of a kernel of ``nodes`` (a replacement at ``opset``) that the failing ``feeds`` meet.
+
+    Only a node that reads the check's inputs themselves (``feeds`` by name) is judged: its condition is
+    evaluated on the very values it read.
+    """
+    for n in nodes:
+        for d in departures_of([n], opset, provider):
+            if all(i in feeds for i in n.input if i) and CONDITIONS[d.condition]([feeds[i] for i in n.input if i]):
+                return d
+    return None
+
+
 def departures_of(nodes: Sequence[Any], opset: int, provider: str) -> list[Departure]:
     """The listed departures of ``provider``'s kernels for the ops of ``nodes`` at ``opset`` (any condition)."""
     return [d for n in nodes for d in departures()
@@ -187,16 +204,100 @@ def provider_departs(rewrite: Rewrite, failed: CheckResult, on_cpu: CheckResult,
 
 
 def kernel_departs_from_spec(rewrite: Rewrite, failed: CheckResult, by_spec: CheckResult,
-                             listed: Departure) -> CheckResult:
-    """The spec (numpy reference) agrees with the replacement where onnxruntime disagreed (a listed departure)."""
+                             listed: Departure, side: str = "original") -> CheckResult:
+    """The spec (numpy reference) agrees with the other side where onnxruntime disagreed (a listed departure).
+
+    ``side``: whose kernel departs, the ``original``'s (judged by its spec, the replacement agrees) or the
+    ``replacement``'s (both sides judged by their specs agree).
+    """
     original = f"{rewrite.op_type}-{rewrite.from_version}"
-    on = failed.provider or "CPUExecutionProvider"
-    said = (f"onnxruntime's {on} kernel of {original} departs from the ONNX spec here: {listed.statement} "
-            f"(lowerer's numpy reference of {original} agrees with the replacement)")
+    on = listed.provider if side == "replacement" else failed.provider or "CPUExecutionProvider"
+    if side == "replacement":
+        kernel = f"{listed.op} (the replacement's, opset {rewrite.to_opset})"
+        agrees = f"judged by lowerer's numpy reference, the replacement agrees with {original}"
+    else:
+        kernel, agrees = original, f"lowerer's numpy reference of {original} agrees with the replacement"
+    said = f"onnxruntime's {on} kernel of {kernel} departs from the ONNX spec here: {listed.statement} ({agrees})"
     details: dict[str, Any] = {**by_spec.details, "kernel_departure": {
-        "kernel": f"{on} {original}", "statement": said, "condition": listed.condition, "source": listed.source,
+        "kernel": f"{on} {kernel}", "statement": said, "condition": listed.condition, "source": listed.source,
         "failure_on_provider": failed.failure or failed.reason}}
     _warn_once(f"spec:{on}:{original}:{rewrite.rule}",
                f"{said}; node {rewrite.node!r}'s rewrite is verified against the spec "
                f"(onnxruntime: {failed.failure or failed.reason})")
     return CheckResult("verified", f"{by_spec.reason}; {said}", by_spec.provider, details)
+
+
+def departure_met(model: onnx.ModelProto, base_dir: str | os.PathLike[str] | None, feeds: Mapping[str, np.ndarray],
+                  provider: str) -> str | None:
+    """Whether ``feeds`` make a node of ``model`` (main graph) meet a listed departure of ``provider``'s kernel.
+
+    The values the nodes of listed ops read are computed (the model run once with them as outputs, on the
+    CPU provider) and each departure's condition judged on them. Returns what the departure says, or None
+    (none met, none listed for the model's ops, or the values cannot be had).
+    """
+    from lowerer.core.opsets import default_opset
+    from lowerer.verification.runner import SessionMaker
+
+    opset = default_opset(model.opset_import)
+    if opset is None:
+        return None
+    nodes = [(n, d) for n in model.graph.node for d in departures_of([n], opset, provider)]
+    if not nodes:
+        return None
+    wanted = list(dict.fromkeys(i for n, _ in nodes for i in n.input if i and i not in feeds))
+    inits = {t.name: t for t in model.graph.initializer}
+    probe = onnx.ModelProto()
+    probe.CopyFrom(model)
+    computed = [w for w in wanted if w not in inits]
+    probe.graph.output.extend(onnx.ValueInfoProto(name=w) for w in computed)
+    engine = SessionMaker([provider]).create(probe, base_dir)
+    if isinstance(engine, str):
+        return None
+    try:
+        values = dict(zip([o.name for o in probe.graph.output], engine.run(feeds), strict=True))
+        values.update({w: numpy_helper.to_array(inits[w]) for w in wanted if w in inits})
+    except Exception:  # external data, a run that fails: no finding
+        return None
+    values.update(feeds)
+    for node, d in nodes:
+        if CONDITIONS[d.condition]([np.asarray(values[i]) for i in node.input if i]):
+            return f"node {node.name or node.op_type!r} ({node.op_type}) meets a listed departure: {d.statement} " \
+                   f"(source: {d.source})"
+    return None
+
+
+#: Above this many main-graph nodes a failing ±inf set is not searched for a NaN made inside (then recorded).
+NAN_SEARCH_LIMIT = 3000
+
+
+def nan_made_inside(model: onnx.ModelProto, base_dir: str | os.PathLike[str] | None,
+                    feeds: Mapping[str, np.ndarray], name: str) -> str | None:
+    """Where ``model`` (called ``name``) first makes a NaN of ±inf on ``feeds`` (``inf - inf``, ``0 * inf``), or None.
+
+    NaN's handling is left open by the spec for most ops and recorded, not judged, by the per-rewrite
+    checks; a ±inf set that makes NaN inside a whole model is recorded likewise (:mod:`.whole`).
+    """
+    from lowerer.verification.providers import CPU
+    from lowerer.verification.runner import SessionMaker
+
+    graph = model.graph
+    if len(graph.node) > NAN_SEARCH_LIMIT:
+        return f"the model has over {NAN_SEARCH_LIMIT} nodes; not searched for a NaN made inside"
+    probe = onnx.ModelProto()
+    probe.CopyFrom(model)
+    known = {o.name for o in probe.graph.output}
+    probe.graph.output.extend(onnx.ValueInfoProto(name=o) for n in graph.node for o in n.output
+                              if o and o not in known)
+    engine = SessionMaker([CPU]).create(probe, base_dir)
+    if isinstance(engine, str):
+        return None
+    try:
+        values = dict(zip([o.name for o in probe.graph.output], engine.run(feeds), strict=True))
+    except Exception:  # the probe cannot run: the set stays judged
+        return None
+    for node in graph.node:
+        out = next((o for o in node.output if o in values and np.asarray(values[o]).dtype.kind == "f"
+                    and bool(np.isnan(values[o]).any())), None)
+        if out is not None:
+            return f"{name} makes NaN of ±inf at node {node.name or node.op_type!r} ({node.op_type})"
+    return None

@@ -78,6 +78,8 @@ class RewriteVerifier:
         #: Rewrites of the main graph left unverified, to check again on the values the model feeds them
         #: (:func:`lowerer.verification.observed.check_pending`, once the walk is over).
         self.pending: list[Rewrite] = []
+        #: A second opinion judges the replacement by its spec too (:meth:`_replacement_departs`).
+        self._both_by_spec = False
 
     def summary(self) -> dict[str, Any]:
         """Providers, counts (rewrites, distinct checks, cache hits, sessions) and time spent."""
@@ -209,7 +211,30 @@ class RewriteVerifier:
                 if listed is not None:
                     return blame.kernel_departs_from_spec(rewrite, result, by_spec, listed)
                 result.details["spec_agrees"] = blame.unlisted(rewrite, result)
-        return result
+        return self._replacement_departs(rewrite, canon, specs, elems, combos, result) or result
+
+    def _replacement_departs(self, rewrite: Rewrite, canon: _Canon, specs: list[Spec], elems: list[int],
+                             combos: list[tuple[tuple[int, ...], ...]], failed: CheckResult) -> CheckResult | None:
+        """A listed departure of a kernel of the replacement (a relabel's own op ...), judged as for the original.
+
+        Where the failing inputs reach a replacement node whose onnxruntime CPU kernel departs from the spec
+        on them (``departures.json``), the check runs once more with both sides judged by lowerer's numpy
+        reference: verified there, the rewrite stands, the departure named. None: the failure stands.
+        """
+        if failed.status != "failed" or reference.supports(canon.replacement, rewrite.to_opset) is not None:
+            return None
+        feeds = (failed.evidence or {}).get("feeds") or {}
+        listed = blame.replacement_departure(canon.replacement, rewrite.to_opset, CPU, feeds)
+        if listed is None:
+            return None
+        self._both_by_spec = True
+        try:
+            by_spec = self._check_types(rewrite, canon, specs, elems, combos, self._cpu_sessions(), by_spec=True)
+        finally:
+            self._both_by_spec = False
+        if by_spec.status != "verified":
+            return None
+        return blame.kernel_departs_from_spec(rewrite, failed, by_spec, listed, side="replacement")
 
     def _cpu_sessions(self) -> SessionMaker:
         if self._cpu is None:
@@ -220,9 +245,10 @@ class RewriteVerifier:
                 sessions: SessionMaker, by_spec: bool = False) -> Engine | str:
         listed = blame.departures_of(model.graph.node, opset, sessions.providers[0]) if side == "original" else []
         ref_why = reference.supports(model.graph.node, opset)
+        by_its_spec = side == "original" or (by_spec and self._both_by_spec)
         judged_by_spec = ReferenceEngine(model, opset, fallback_reason="; ".join(
             [blame.BY_SPEC, *(f"{d.statement} (source: {d.source})" for d in listed)])) if (
-            ref_why is None and side == "original" and (by_spec or listed)) else None
+            ref_why is None and by_its_spec and (by_spec or listed)) else None
         if by_spec and judged_by_spec is not None:  # a second opinion (accepted only for a listed departure)
             return judged_by_spec
         why = ort_can_exchange(dtypes)
@@ -256,7 +282,7 @@ class RewriteVerifier:
             return CheckResult("failed", "the replacement is not a valid ONNX graph", "onnx.checker",
                                failure=f"the replacement is not a valid ONNX graph at opset "
                                        f"{rewrite.to_opset}: {invalid}")
-        repl = self._engine(repl_model, rewrite.to_opset, dtypes, "replacement", sessions)
+        repl = self._engine(repl_model, rewrite.to_opset, dtypes, "replacement", sessions, by_spec)
         if isinstance(repl, str):
             return CheckResult("unverified", repl)
         return orig, repl

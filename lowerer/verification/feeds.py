@@ -62,6 +62,7 @@ __all__ = [
     "model_inputs",
     "parse_input_shapes",
     "parse_value_range",
+    "recorded",
     "save_sets",
 ]
 
@@ -70,6 +71,11 @@ logger = logging.getLogger(__name__)
 _BF16 = np.dtype(ml_dtypes.bfloat16)
 #: The kinds of generated input sets, per binding of the dynamic dims.
 KINDS = ("normal", "ties", "all-equal")
+#: The kinds added where an input is float and ``special`` is asked (the whole-model and deployment checks):
+#: ±inf sprinkled in (judged) and NaN sprinkled in (recorded, not judged); see :mod:`lowerer.verification.inputs`.
+SPECIAL_KINDS = ("inf", "nan")
+#: Of the kinds, those whose comparison is recorded, never judged.
+RECORDED_KINDS = frozenset({"nan"})
 #: The sizes dynamic dims are bound to (one binding each), unless ``input_shapes`` fixes them all.
 SIZES = (1, 2)
 #: The key of the metadata entry in a saved ``.npz``.
@@ -164,8 +170,12 @@ def _in_range(kind: str, dtype: np.dtype[Any], shape: tuple[int, ...], low: floa
 
 def generate_sets(model: onnx.ModelProto, specs: Sequence[InputSpec], *, seed_key: Sequence[int],
                   input_shapes: Mapping[str, tuple[int, ...]] | None = None,
-                  value_ranges: Mapping[str, tuple[float, float]] | None = None) -> tuple[list[FeedSet], list[str]]:
+                  value_ranges: Mapping[str, tuple[float, float]] | None = None,
+                  special: bool = False) -> tuple[list[FeedSet], list[str]]:
     """The generated input sets, and notes on how index-like inputs and ranges were chosen.
+
+    ``special``: after the :data:`KINDS` sets, one set per :data:`SPECIAL_KINDS` kind and binding where an
+    input is float (not steered by a range or an index use), the others ``normal`` there.
 
     Raises:
         InputError: ``input_shapes`` or ``value_ranges`` that do not fit the model's inputs.
@@ -200,6 +210,8 @@ def generate_sets(model: onnx.ModelProto, specs: Sequence[InputSpec], *, seed_ke
                 if why and why not in notes:
                     notes.append(why)
             sets.append(FeedSet(_label(kind, specs, feeds), feeds))
+    if special:
+        sets += _special_sets(specs, shapes, ranges, uses, rng)
     return sets, notes
 
 
@@ -219,6 +231,38 @@ def model_sets(model: onnx.ModelProto, specs: Sequence[InputSpec], *, seed: int,
         return load_sets(load_inputs, specs)
     key = [seed, zlib.crc32(model.graph.name.encode())]
     return generate_sets(model, specs, seed_key=key, input_shapes=input_shapes, value_ranges=value_ranges)[0]
+
+
+def _special_sets(specs: Sequence[InputSpec], shapes: Mapping[str, tuple[int, ...]],
+                  ranges: Mapping[str, tuple[float, float]], uses: Mapping[str, Any],
+                  rng: np.random.Generator) -> list[FeedSet]:
+    """The :data:`SPECIAL_KINDS` sets (after the others, so that those stay as they were for a seed)."""
+    free = [s for s in specs if (s.dtype.kind == "f" or s.dtype == _BF16) and s.name not in ranges
+            and s.name not in uses and "" not in ranges]
+    if not free:
+        return []
+    out: list[FeedSet] = []
+    for binding in _bindings(specs, shapes):
+        for kind in SPECIAL_KINDS:
+            feeds: dict[str, np.ndarray] = {}
+            for spec in specs:
+                shape = binding[spec.name]
+                if spec in free:
+                    feeds[spec.name] = generate(kind, spec.elem_type, shape, rng)
+                elif spec.name in ranges or spec.name in uses or ("" in ranges and spec.dtype.kind != "b"):
+                    chosen = ranges.get(spec.name) or ranges.get("")
+                    low, high = (index_range(uses[spec.name], binding)[:2] if chosen is None else chosen)
+                    feeds[spec.name] = _in_range("normal", spec.dtype, shape, float(low), float(high),
+                                                 chosen is None or spec.dtype.kind in "iu", rng)
+                else:
+                    feeds[spec.name] = generate("normal", spec.elem_type, shape, rng)
+            out.append(FeedSet(_label(kind, specs, feeds), feeds))
+    return out
+
+
+def recorded(label: str) -> bool:
+    """Whether the set labelled ``label`` is of a kind recorded, never judged (:data:`RECORDED_KINDS`)."""
+    return label.split(" ", 1)[0] in RECORDED_KINDS
 
 
 def _label(kind: str, specs: Sequence[InputSpec], feeds: Mapping[str, np.ndarray]) -> str:

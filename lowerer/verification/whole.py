@@ -25,6 +25,7 @@ import onnx
 from lowerer.core.errors import VerificationError
 from lowerer.core.progress import ProgressCallback, notify
 from lowerer.core.report import Report
+from lowerer.verification.blame import departure_met, nan_made_inside
 from lowerer.verification.budget import available_memory, claimed_bytes, gib
 from lowerer.verification.compare import EXACT, OutputStats, Tolerance, output_scale, statistics
 from lowerer.verification.feeds import (
@@ -34,6 +35,7 @@ from lowerer.verification.feeds import (
     load_sets,
     merge_specs,
     model_inputs,
+    recorded,
     save_sets,
 )
 from lowerer.verification.propagated import ModelBudget
@@ -248,7 +250,7 @@ def _input_sets(a: ModelSource, b: ModelSource, opts: ModelCheckOptions, merged:
         sets = load_sets(opts.load_inputs, merged)
     else:
         sets, notes = generate_sets(a.model, merged, seed_key=_seed_key(seed, a.model),
-                                    input_shapes=opts.input_shapes, value_ranges=opts.value_ranges)
+                                    input_shapes=opts.input_shapes, value_ranges=opts.value_ranges, special=True)
     need = max(claims) + sum(v.nbytes for s in sets for v in s.feeds.values())
     free = available_memory()
     if free is not None and need > free:
@@ -265,24 +267,27 @@ def _verdict(a: ModelSource, b: ModelSource, kept: Sequence[FeedSet], results_a:
     """Compare every output over the input sets both models ran on (``results_a[k]`` is on ``kept[k]``).
 
     A float output is judged by the options' tolerance, and also by their budget at that output's scale.
+    Sets of a recorded kind (NaN) are compared and recorded, not judged; a set on which the outputs differ
+    and a listed kernel departure (``departures.json``) is met inside either model is recorded, not judged.
     """
     names = (a.name, b.name)
     tol, budget = opts.tolerance, opts.budget
     b_names = [o.name for o in b.model.graph.output]
-    stats: list[OutputStats] = []
-    for j, name in enumerate(o.name for o in a.model.graph.output):
-        label = name if name == b_names[j] else f"{name} / {b_names[j]}"
-        merged_stats: OutputStats | None = None
-        for k, feed_set in enumerate(kept):
-            ra, rb = results_a[k], results_b[k]
-            assert ra is not None and rb is not None
+    per_set: list[list[OutputStats]] = []
+    for k, feed_set in enumerate(kept):
+        ra, rb = results_a[k], results_b[k]
+        assert ra is not None and rb is not None
+        row = []
+        for j, name in enumerate(o.name for o in a.model.graph.output):  # every output, each judged
+            label = name if name == b_names[j] else f"{name} / {b_names[j]}"
             judged = tol if budget is None else tol.union(budget.tolerance(ra[j].dtype, output_scale(ra[j])))
             one = statistics(ra[j], rb[j], judged, name=label, sides=names)
             one.worst_input_set = feed_set.label
-            merged_stats = one if merged_stats is None else merged_stats.merge(one)
-        assert merged_stats is not None
-        stats.append(merged_stats)
-    labels = [s.label for s in kept]
+            row.append(one)
+        per_set.append(row)
+    judged_sets = _judged_sets(a, b, kept, per_set, provider, details)
+    stats = [_merged([per_set[k][j] for k in judged_sets]) for j in range(len(a.model.graph.output))]
+    labels = [kept[k].label for k in judged_sets]
     bad = [s for s in stats if not s.ok]
     if bad:
         return ModelComparison("different", _difference(bad, names, tol, provider, budget), provider, stats, labels,
@@ -290,6 +295,47 @@ def _verdict(a: ModelSource, b: ModelSource, kept: Sequence[FeedSet], results_a:
     how, judged_by = _judged_by(tol, budget, stats)
     return ModelComparison("equal", f"{len(stats)} output(s) equal {how} on {len(labels)} input set(s) on "
                                     f"{provider}{judged_by}", provider, stats, labels, tol, details)
+
+
+def _merged(stats: Sequence[OutputStats]) -> OutputStats:
+    merged = stats[0]
+    for one in stats[1:]:
+        merged = merged.merge(one)
+    return merged
+
+
+def _judged_sets(a: ModelSource, b: ModelSource, kept: Sequence[FeedSet], per_set: Sequence[Sequence[OutputStats]],
+                 provider: str, details: dict[str, Any]) -> list[int]:
+    """The sets whose comparison is judged; the others' outcomes go to ``details`` (``recorded``, ``departures``)."""
+    judged: list[int] = []
+    for k, feed_set in enumerate(kept):
+        bad = [s for s in per_set[k] if not s.ok]
+        if recorded(feed_set.label):
+            said = "equal" if not bad else "; ".join(f"output {s.name!r}: {s.what or f'{s.mismatches} values differ'}"
+                                                     for s in bad)
+            details.setdefault("recorded", {})[feed_set.label] = f"{said} (recorded, not judged)"
+            continue
+        inside = nan_made_inside(a.model, a.base_dir, feed_set.feeds, a.name) \
+            if bad and feed_set.label.startswith("inf ") else None
+        if inside is not None:  # ±inf made NaN inside the original: NaN's handling is not judged (as per rewrite)
+            details.setdefault("recorded", {})[feed_set.label] = f"outputs differ; {inside} (recorded, not judged)"
+            continue
+        met = _departure_met(a, b, feed_set, provider) if bad else None
+        if met is not None:
+            details.setdefault("departures", {})[feed_set.label] = met
+            logger.warning("whole-model check: input set %s is not judged: %s", feed_set.label, met)
+            continue
+        judged.append(k)
+    return judged or [k for k, s in enumerate(kept) if not recorded(s.label)] or list(range(len(kept)))
+
+
+def _departure_met(a: ModelSource, b: ModelSource, feed_set: FeedSet, provider: str) -> str | None:
+    """A listed kernel departure that ``feed_set`` meets inside either model (what it says), or None."""
+    for side in (a, b):
+        met = departure_met(side.model, side.base_dir, feed_set.feeds, provider)
+        if met is not None:
+            return f"{side.name}: {met}"
+    return None
 
 
 def _judged_by(tol: Tolerance, budget: ModelBudget | None, stats: Sequence[OutputStats]) -> tuple[str, str]:

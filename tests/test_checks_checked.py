@@ -1,0 +1,184 @@
+"""The checks themselves checked (issue 36): each is given a wrong rule it must catch, or a right one it must pass.
+
+* a relabel is checked for every rank (and static dims, element type) it is applied to, not once per op;
+* the final model is opened and run with onnxruntime's default session options (as users open it): a
+  ``--fold-dequantize`` to opset 10 of a quantize_static model loads and computes what the original does, and
+  the fold's old form (a plain float initializer, which onnxruntime's optimizer quantizes again with a Round-11)
+  is exit 1 naming the optimizer and the node;
+* a listed kernel departure (``departures.json``) applies to every check that meets it: GlobalMaxPool-22 -> 18
+  on a rank-5 input (a relabel whose replacement runs onnxruntime's GlobalMaxPool) converts and verifies;
+* the whole-model check (``--verify-model``, ``lowerer verify``) and the deployment check compare every output
+  (a wrong second output is caught), the whole-model check on ±inf sets too (judged) and NaN sets (recorded),
+  and a listed departure met inside a model (GlobalMaxPool's all -inf plane) does not fail it.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import onnx
+import onnxruntime as ort
+import pytest
+from _mutant_list import KeepsCoercedAxis
+from _mutants import one_node, replace_span
+from onnx import TensorProto, helper
+from test_fold_dequantize import qdq_path  # noqa: F401 (a fixture)
+
+import lowerer
+import lowerer.rules.dequantize_fold as fold_module
+from lowerer.core.errors import VerificationError
+from lowerer.steps.engine import StepEngine
+
+F = TensorProto.FLOAT
+
+
+def _softmaxes(second_from_graph_input: bool) -> onnx.ModelProto:
+    """Softmax(axis=1) on a 2-D input (where 11 and 13 agree), then on a 3-D one (where they differ)."""
+    nodes = [helper.make_node("Softmax", ["a"], ["ya"], name="s2d", axis=1)]
+    b = "b"
+    if not second_from_graph_input:  # the 3-D value's type known only from inference
+        nodes.insert(0, helper.make_node("Relu", ["b"], ["rb"], name="r"))
+        b = "rb"
+    nodes.append(helper.make_node("Softmax", [b], ["yb"], name="s3d", axis=1))
+    graph = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("a", F, [2, 3]),
+                                           helper.make_tensor_value_info("b", F, [2, 3, 4])],
+                              [helper.make_tensor_value_info("ya", F, [2, 3]),
+                               helper.make_tensor_value_info("yb", F, [2, 3, 4])])
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 11)], ir_version=7)
+
+
+@pytest.mark.parametrize("typed", [True, False], ids=["stated", "inferred"])
+def test_a_relabel_is_checked_for_each_rank(monkeypatch: pytest.MonkeyPatch, typed: bool) -> None:
+    """Softmax 11 -> 13 wrongly labelled "same meaning": right on the 2-D node, wrong on the 3-D one."""
+    replace_span("Softmax", KeepsCoercedAxis())(monkeypatch)  # the rule relabels: the node stays as it is
+    monkeypatch.setattr(StepEngine, "_meaning_changes", lambda self, node, source, target: False)
+    with pytest.raises(VerificationError, match=r"'s3d'.*Softmax-11.*rule 'same-meaning'.*failed verification"):
+        lowerer.convert(_softmaxes(typed), target_opset=13)
+
+
+def _default_run(model: onnx.ModelProto, feeds: dict[str, np.ndarray]) -> list[np.ndarray]:
+    """``model`` run as users run it: ``InferenceSession`` without session options."""
+    return list(ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, feeds))
+
+
+def test_the_fold_to_10_opens_as_users_open_it(qdq_path: Path) -> None:  # noqa: F811
+    original = onnx.load(qdq_path)
+    result = lowerer.convert(original, target_opset=10, fold_dequantize=True)
+    assert any(n.startswith("users' session: ran") for n in result.report.notes)
+    rng = np.random.default_rng(3)
+    for scale in (0.5, 50.0):
+        feeds = {"x": (rng.standard_normal((1, 3, 4, 4)) * scale).astype(np.float32)}
+        for want, got in zip(_default_run(original, feeds), _default_run(result.model, feeds), strict=True):
+            assert np.array_equal(want, got)
+
+
+def test_a_model_only_the_default_options_fail_is_exit_1(qdq_path: Path,  # noqa: F811
+                                                         monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(fold_module, "KEPT_FROM", 11)  # the fold's old form: a plain float initializer at 10
+    with pytest.raises(VerificationError, match=r"as users open it.*graph optimizer leaves node '[^']*' \(Round, "
+                                                r"inserted by onnxruntime's optimizer\)"):
+        lowerer.convert(onnx.load(qdq_path), target_opset=10, fold_dequantize=True)
+
+
+def test_a_listed_departure_applies_to_the_relabel_check(monkeypatch: pytest.MonkeyPatch) -> None:
+    from lowerer.passes import relabels
+
+    made: list[relabels.RelabelCheck] = []
+    real = relabels.RelabelCheck.__init__
+
+    def init(self: relabels.RelabelCheck, *args: object, **kwargs: object) -> None:
+        real(self, *args, **kwargs)  # type: ignore[arg-type]
+        made.append(self)
+
+    monkeypatch.setattr(relabels.RelabelCheck, "__init__", init)
+    lowerer.convert(one_node("GlobalMaxPool", 22, {}, [1, 2, 3, 4, 5]), target_opset=18)
+    (check,) = [r for c in made for r in c.checked]
+    assert check.status == "verified" and "kernel_departure" in check.details
+    assert "GlobalMaxPool (the replacement's, opset 18) departs" in check.details["kernel_departure"]["statement"]
+
+
+def test_a_listed_departure_does_not_excuse_a_wrong_relabel(monkeypatch: pytest.MonkeyPatch) -> None:
+    """GlobalMaxPool-22 -> 18 "relabelled" into MaxPool's neighbour GlobalAveragePool: still refused."""
+    from lowerer.core.report import Rewrite
+    from lowerer.passes import relabels
+
+    def wrong(self: relabels.RelabelCheck, node: onnx.NodeProto, index: int, scope: object,
+              versions: tuple[int, int], source: int, target: int) -> None:
+        other = onnx.NodeProto()
+        other.CopyFrom(node)
+        other.op_type = "GlobalAveragePool"
+        self.verifier(Rewrite(node=node.name, op_type=node.op_type, scope="graph", from_version=versions[0],
+                              to_opset=target, rule=relabels.RULE, emitted=[other.op_type], original=node,
+                              replacement=[other], from_opset=source, **self.describe(node, scope)))  # type: ignore[arg-type]
+
+    monkeypatch.setattr(relabels.RelabelCheck, "_check", wrong)
+    with pytest.raises(VerificationError, match=r"GlobalMaxPool-22.*same-meaning"):
+        lowerer.convert(one_node("GlobalMaxPool", 22, {}, [1, 2, 3, 4, 5]), target_opset=18)
+
+
+# -- the whole-model and deployment checks: every output, special sets, departures ----------------------------
+
+def _two_outputs() -> onnx.ModelProto:
+    """Output 0 a Relu (relabelled, right), output 1 a Softmax(axis=1) on a 3-D input (the one made wrong)."""
+    nodes = [helper.make_node("Relu", ["x"], ["r"]), helper.make_node("Softmax", ["x"], ["s"], axis=1)]
+    graph = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", F, [2, 3, 4])],
+                              [helper.make_tensor_value_info("r", F, [2, 3, 4]),
+                               helper.make_tensor_value_info("s", F, [2, 3, 4])])
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 11)], ir_version=7)
+
+
+def test_verify_model_compares_every_output(monkeypatch: pytest.MonkeyPatch) -> None:
+    replace_span("Softmax", KeepsCoercedAxis())(monkeypatch)  # output 's' wrong; per-rewrite checks off
+    with pytest.raises(VerificationError, match=r"whole-model check failed: .*output 's'"):
+        lowerer.convert(_two_outputs(), target_opset=13, verify=False, verify_model=True)
+
+
+def test_the_deployment_comparison_compares_every_output() -> None:
+    from lowerer.backends import deployment
+    from lowerer.verification.feeds import FeedSet
+
+    model = _two_outputs()
+    sets = [FeedSet("normal (x: float32[2,3,4])", {"x": np.ones((2, 3, 4), np.float32)})]
+    want = [[np.ones((2, 3, 4), np.float32), np.ones((2, 3, 4), np.float32)]]
+    got = [[want[0][0], want[0][1] + 1]]
+    stats = deployment._compare(model, want, got, sets, 1e-3)
+    assert [s.name for s in stats if not s.ok] == ["s"]
+
+
+def _pair(changed: str) -> tuple[onnx.ModelProto, onnx.ModelProto]:
+    """Relu(x), and Relu(x) with the values where ``changed`` (IsInf or IsNaN) holds replaced by 0."""
+    x = helper.make_tensor_value_info("x", F, [4, 8])
+    y = helper.make_tensor_value_info("y", F, [4, 8])
+    a = helper.make_graph([helper.make_node("Relu", ["x"], ["y"])], "a", [x], [y])
+    zero = onnx.numpy_helper.from_array(np.zeros((), np.float32), "zero")
+    b = helper.make_graph([helper.make_node("Relu", ["x"], ["r"]), helper.make_node(changed, ["x"], ["m"]),
+                           helper.make_node("Where", ["m", "zero", "r"], ["y"])], "b", [x], [y], [zero])
+    return (helper.make_model(a, opset_imports=[helper.make_opsetid("", 13)]),
+            helper.make_model(b, opset_imports=[helper.make_opsetid("", 13)]))
+
+
+def test_the_whole_model_check_judges_inf_and_records_nan() -> None:
+    from lowerer.verification.whole import ModelSource, compare_models
+
+    on_inf = compare_models(*(ModelSource(m, None, n) for m, n in zip(_pair("IsInf"), "AB", strict=True)))
+    assert on_inf.status == "different" and "input set inf" in on_inf.reason
+    on_nan = compare_models(*(ModelSource(m, None, n) for m, n in zip(_pair("IsNaN"), "AB", strict=True)))
+    assert on_nan.status == "equal" and not any(s.startswith("nan") for s in on_nan.input_sets)
+    assert "values differ (recorded, not judged)" in next(iter(on_nan.details["recorded"].values()))
+
+
+def test_a_listed_departure_inside_a_model_does_not_fail_the_whole_model_check() -> None:
+    """GlobalMaxPool against ReduceMax on single-element planes: onnxruntime's departs on a -inf one (listed)."""
+    from lowerer.verification.whole import ModelSource, compare_models
+
+    x = helper.make_tensor_value_info("x", F, [2, 8, 1, 1])
+    y = helper.make_tensor_value_info("y", F, [2, 8, 1, 1])
+    pool = helper.make_model(helper.make_graph([helper.make_node("GlobalMaxPool", ["x"], ["y"])], "a", [x], [y]),
+                             opset_imports=[helper.make_opsetid("", 13)])
+    reduce = helper.make_model(helper.make_graph([helper.make_node("ReduceMax", ["x"], ["y"], axes=[2, 3])], "b",
+                                                 [x], [y]), opset_imports=[helper.make_opsetid("", 13)])
+    result = compare_models(ModelSource(pool, None, "original"), ModelSource(reduce, None, "converted"))
+    assert result.status == "equal", result.reason
+    (said,) = result.details["departures"].values()
+    assert "'GlobalMaxPool' (GlobalMaxPool) meets a listed departure" in said
