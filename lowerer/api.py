@@ -55,7 +55,8 @@ def convert(model: onnx.ModelProto, *, target_opset: int | None = ..., decompose
             progress: ProgressCallback | None = ..., max_ulp: int | None = ...,
             exact: bool = ..., for_backend: str | None = ...,
             allow_fallback: bool = ..., ir_version: int | None = ...,
-            no_loops: bool = ..., fold_dequantize: bool = ...) -> ConvertResult[onnx.ModelProto]: ...
+            no_loops: bool = ..., fold_dequantize: bool = ...,
+            strict_backend: bool = ...) -> ConvertResult[onnx.ModelProto]: ...
 @overload
 def convert(model: str | os.PathLike[str], *, target_opset: int | None = ..., decompose: Iterable[str] | str = ...,
             verify: bool = ..., providers: Sequence[str] | None = ..., seed: int = ...,
@@ -63,7 +64,8 @@ def convert(model: str | os.PathLike[str], *, target_opset: int | None = ..., de
             progress: ProgressCallback | None = ..., max_ulp: int | None = ...,
             exact: bool = ..., for_backend: str | None = ...,
             allow_fallback: bool = ..., ir_version: int | None = ...,
-            no_loops: bool = ..., fold_dequantize: bool = ...) -> ConvertResult[onnx.ModelProto]: ...
+            no_loops: bool = ..., fold_dequantize: bool = ...,
+            strict_backend: bool = ...) -> ConvertResult[onnx.ModelProto]: ...
 @overload
 def convert(model: ir.Model | HasIrModel, *, target_opset: int | None = ..., decompose: Iterable[str] | str = ...,
             verify: bool = ..., providers: Sequence[str] | None = ..., seed: int = ...,
@@ -71,7 +73,8 @@ def convert(model: ir.Model | HasIrModel, *, target_opset: int | None = ..., dec
             progress: ProgressCallback | None = ..., max_ulp: int | None = ...,
             exact: bool = ..., for_backend: str | None = ...,
             allow_fallback: bool = ..., ir_version: int | None = ...,
-            no_loops: bool = ..., fold_dequantize: bool = ...) -> ConvertResult[ir.Model]: ...
+            no_loops: bool = ..., fold_dequantize: bool = ...,
+            strict_backend: bool = ...) -> ConvertResult[ir.Model]: ...
 
 
 def convert(
@@ -92,6 +95,7 @@ def convert(
     ir_version: int | None = None,
     no_loops: bool = False,
     fold_dequantize: bool = False,
+    strict_backend: bool = False,
 ) -> ConvertResult[onnx.ModelProto] | ConvertResult[ir.Model]:
     """Convert a model to ``target_opset`` and/or decompose ops, verifying each rewrite.
 
@@ -152,6 +156,10 @@ def convert(
             float8 or blocks below the version that brought them), bit-exact with onnxruntime's kernel
             and verified like every rewrite: a per-channel QDQ model keeps float weights below 13.
             Without it such a node is refused, naming this option.
+        strict_backend: with ``for_backend``, refuse a node of the model that the runtime computes
+            differently from onnxruntime and lowerer has no form to fix (a profile entry marked
+            ``departure``: OpenVINO's TopK on ties). Without it such a node is kept as it is, with a
+            warning line, and recorded in ``report.backend["departures"]``: the original departs there too.
 
     Returns:
         A :class:`ConvertResult` whose ``model`` is the same kind as given (an ``onnx_ir.Model``
@@ -177,7 +185,7 @@ def convert(
                                     providers=providers, seed=seed, verify_model=verify_model, optimize=optimize,
                                     progress=progress, max_ulp=max_ulp, exact=exact, for_backend=for_backend,
                                     allow_fallback=allow_fallback, ir_version=ir_version, no_loops=no_loops,
-                                    fold_dequantize=fold_dequantize)
+                                    fold_dequantize=fold_dequantize, strict_backend=strict_backend)
     return run(model, options)
 
 
@@ -232,7 +240,8 @@ def _state(model: object, options: ConvertOptions) -> tuple[State, str]:
     if options.profile is not None:
         from lowerer.backends.plan import BackendPlan
 
-        state.plan = BackendPlan(options.profile, allow_fallback=options.allow_fallback)
+        state.plan = BackendPlan(options.profile, allow_fallback=options.allow_fallback,
+                                 strict=options.strict_backend)
     if options.verify:
         state.verifier = _verifier(options)
     return state, kind
