@@ -22,6 +22,10 @@ is, with a warning line naming node and runtime, and recorded in ``report.backen
 (``strict_backend=True``, ``--strict-backend``, refuses it instead). An entry without it says
 lowerer's output would break there: a node lowerer wrote is refused (or kept with
 ``--allow-fallback``) whatever the entry says.
+
+A profile's top-level ``"loops": false`` says the runtime has no ``Loop``: the forms that write a node
+as a Loop over its data are refused as under ``--no-loops``, in one line naming the runtime and the
+lowest opset that keeps the op's own form.
 """
 
 from __future__ import annotations
@@ -65,6 +69,7 @@ REWRITES: dict[str, str] = {
     "argmax-reduce": "ArgMax/ArgMin -> ReduceMin(Where(Equal(x, ReduceMax(x)), iota, n-1)) (no ArgMax/TopK)",
     "hardmax-reduce": "Hardmax -> first maximum from ReduceMax + Equal + Where + ReduceMin, + one-hot (no ArgMax/TopK)",
     "expand": "the op's ONNX function body",
+    "isnan-equal": "IsNaN -> Not(Equal(x, x)) (NaN is the one value unequal to itself)",
 }
 
 _CONDITIONS = frozenset({"attribute", "attribute_in", "attributes_present", "dtypes", "not_dtypes", "literal_inputs",
@@ -221,6 +226,8 @@ class Profile:
     #: largest magnitude, and where that figure comes from (see :mod:`lowerer.backends.deployment`).
     tolerance: float = 1e-5
     tolerance_source: str = ""
+    #: False when the runtime has no ``Loop`` (the profile's ``"loops": false``): loop forms are refused.
+    loops: bool = True
 
     @property
     def ops(self) -> frozenset[str]:
@@ -285,7 +292,8 @@ def load_profile(spec: object) -> Profile:
     return Profile(name=name, spec=spec.strip(), provider=data["provider"], description=data["description"],
                    entries=tuple(entries), loads=loads_for(rows, op, version) if rows else None,
                    release=_release(data["runtime"], op, version), runtime=data["runtime"], named=named,
-                   chosen=chosen, tolerance=data["tolerance"], tolerance_source=data["tolerance_source"])
+                   chosen=chosen, tolerance=data["tolerance"], tolerance_source=data["tolerance_source"],
+                   loops=data["loops"])
 
 
 def _unnamed_version(data: dict[str, Any]) -> tuple[str | None, str | None, str]:
@@ -349,7 +357,11 @@ def parse_profile(raw: object, source: str) -> dict[str, Any]:
     if not isinstance(tolerance, dict) or not isinstance(tolerance.get("relative"), (int, float)) or \
             not 0 <= tolerance["relative"] < 1:
         raise InputError(f"profile {source}: 'tolerance' must be {{\"relative\": a number in [0, 1), \"source\": ...}}")
-    return {"provider": raw["provider"], "description": str(raw.get("description", "")), "entries": entries,
+    loops = raw.get("loops", True)
+    if not isinstance(loops, bool):
+        raise InputError(f"profile {source}: 'loops' must be true or false")
+    return {"loops": loops, "provider": raw["provider"], "description": str(raw.get("description", "")),
+            "entries": entries,
             "loads": rows, "runtime": runtime, "witnessed": runtime in WITNESSES_FOR,
             "tolerance": float(tolerance["relative"]), "tolerance_source": str(tolerance.get("source", ""))}
 

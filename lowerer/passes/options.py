@@ -8,6 +8,7 @@ line; a wrong type (``decompose=123``, ``providers=[None]``) is an ``InputError`
 
 from __future__ import annotations
 
+import dataclasses
 import operator
 from collections.abc import Iterable
 from dataclasses import dataclass
@@ -139,7 +140,10 @@ class ConvertOptions:
                              "for_backend (a backend name)")
         no_loops = check_flag(no_loops, "no_loops")
         fold = check_flag(fold_dequantize, "fold_dequantize")
-        return cls(target_opset=target_opset, decompose=names, request=request_for(names, no_loops, fold),
+        request = request_for(names, no_loops, fold)
+        if profile is not None and not profile.loops and not no_loops:  # a runtime without Loop refuses them too
+            request = dataclasses.replace(request, no_loops=True, loops_refused_by=profile.spec)
+        return cls(target_opset=target_opset, decompose=names, request=request,
                    verify=check_flag(verify, "verify"), providers=None if chosen is None else tuple(chosen),
                    seed=seed_value(seed), verify_model=check, optimize=tuned, progress=check_progress(progress),
                    max_ulp=max_ulp, exact=exact, profile=profile, allow_fallback=bool(allow_fallback),
