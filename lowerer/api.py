@@ -56,7 +56,7 @@ def convert(model: onnx.ModelProto, *, target_opset: int | None = ..., decompose
             exact: bool = ..., for_backend: str | None = ...,
             allow_fallback: bool = ..., ir_version: int | None = ...,
             no_loops: bool = ..., fold_dequantize: bool = ...,
-            keep_imports: bool = ...) -> ConvertResult[onnx.ModelProto]: ...
+            keep_imports: bool = ..., strict_backend: bool = ...) -> ConvertResult[onnx.ModelProto]: ...
 @overload
 def convert(model: str | os.PathLike[str], *, target_opset: int | None = ..., decompose: Iterable[str] | str = ...,
             verify: bool = ..., providers: Sequence[str] | None = ..., seed: int = ...,
@@ -65,7 +65,7 @@ def convert(model: str | os.PathLike[str], *, target_opset: int | None = ..., de
             exact: bool = ..., for_backend: str | None = ...,
             allow_fallback: bool = ..., ir_version: int | None = ...,
             no_loops: bool = ..., fold_dequantize: bool = ...,
-            keep_imports: bool = ...) -> ConvertResult[onnx.ModelProto]: ...
+            keep_imports: bool = ..., strict_backend: bool = ...) -> ConvertResult[onnx.ModelProto]: ...
 @overload
 def convert(model: ir.Model | HasIrModel, *, target_opset: int | None = ..., decompose: Iterable[str] | str = ...,
             verify: bool = ..., providers: Sequence[str] | None = ..., seed: int = ...,
@@ -74,7 +74,7 @@ def convert(model: ir.Model | HasIrModel, *, target_opset: int | None = ..., dec
             exact: bool = ..., for_backend: str | None = ...,
             allow_fallback: bool = ..., ir_version: int | None = ...,
             no_loops: bool = ..., fold_dequantize: bool = ...,
-            keep_imports: bool = ...) -> ConvertResult[ir.Model]: ...
+            keep_imports: bool = ..., strict_backend: bool = ...) -> ConvertResult[ir.Model]: ...
 
 
 def convert(
@@ -96,6 +96,7 @@ def convert(
     no_loops: bool = False,
     fold_dequantize: bool = False,
     keep_imports: bool = False,
+    strict_backend: bool = False,
 ) -> ConvertResult[onnx.ModelProto] | ConvertResult[ir.Model]:
     """Convert a model to ``target_opset`` and/or decompose ops, verifying each rewrite.
 
@@ -159,6 +160,10 @@ def convert(
         keep_imports: keep the opset imports of domains no node uses (graph, subgraphs, function
             bodies); without it they are dropped from the output, with a note. Either way they do not
             raise the IR version. A domain imported twice at one version is always one import.
+        strict_backend: with ``for_backend``, refuse a node of the model that the runtime computes
+            differently from onnxruntime and lowerer has no form to fix (a profile entry marked
+            ``departure``: OpenVINO's TopK on ties). Without it such a node is kept as it is, with a
+            warning line, and recorded in ``report.backend["departures"]``: the original departs there too.
 
     Returns:
         A :class:`ConvertResult` whose ``model`` is the same kind as given (an ``onnx_ir.Model``
@@ -184,7 +189,8 @@ def convert(
                                     providers=providers, seed=seed, verify_model=verify_model, optimize=optimize,
                                     progress=progress, max_ulp=max_ulp, exact=exact, for_backend=for_backend,
                                     allow_fallback=allow_fallback, ir_version=ir_version, no_loops=no_loops,
-                                    fold_dequantize=fold_dequantize, keep_imports=keep_imports)
+                                    fold_dequantize=fold_dequantize, keep_imports=keep_imports,
+                                    strict_backend=strict_backend)
     return run(model, options)
 
 
@@ -239,7 +245,8 @@ def _state(model: object, options: ConvertOptions) -> tuple[State, str]:
     if options.profile is not None:
         from lowerer.backends.plan import BackendPlan
 
-        state.plan = BackendPlan(options.profile, allow_fallback=options.allow_fallback)
+        state.plan = BackendPlan(options.profile, allow_fallback=options.allow_fallback,
+                                 strict=options.strict_backend)
     if options.verify:
         state.verifier = _verifier(options)
     return state, kind

@@ -77,6 +77,7 @@ class LowerPass(ir.passes.InPlacePass):
         o = self.options
         parts = [f"for_backend={o.profile.spec!r}"] if o.profile is not None else []
         parts += ["allow_fallback=True"] if o.allow_fallback else []
+        parts += ["strict_backend=True"] if o.strict_backend else []
         parts += ["fold_dequantize=True"] if o.fold_dequantize else []
         parts += [f"max_ulp={o.max_ulp!r}"] if o.max_ulp is not None else []
         parts += ["exact=True"] if o.exact else []

@@ -162,6 +162,9 @@ def _cases() -> list[tuple[str, str, onnx.ModelProto]]:
         ("openvino", "openvino", _hardmax_and_argmax(7)),
         ("openvino-softmax-2d-meaning", "openvino==2026.4", softmax_2d_meaning),
         ("openvino<2025", "openvino==2024.0", below_2025),
+        ("openvino<2024-isnan", "openvino==2023.0", _model([helper.make_node("IsNaN", ["x"], ["n"], name="nan")],
+                                                           [helper.make_tensor_value_info("x", F, [2, 3])], ["n"],
+                                                           17)),
         ("coreml-softmaxes", "coreml", softmaxes),
         ("coreml-argmax", "coreml", _hardmax_and_argmax(13, argmin=False)),
         ("qnn<1.17", "qnn<1.17", _model([helper.make_node("GlobalMaxPool", ["p"], ["g"], name="pool"),
@@ -235,7 +238,7 @@ def test_profile_entries_triggered_and_removed(spec: str, model: onnx.ModelProto
     assert {r.rule for r in result.report.rewrites} <= {"hardmax-decomposition", "globalmaxpool-decomposition",
                                                          "argmax-flip", "last-axis", "constant-inputs",
                                                          "function-expansion", "argmax-reduce", "hardmax-reduce",
-                                                         "shape-slice"}
+                                                         "shape-slice", "isnan-equal"}
     if any(vi.type.tensor_type.elem_type == BF16 for vi in model.graph.input):
         return  # onnxruntime's Python API exchanges no bfloat16: each rewrite was checked on the numpy reference
     feeds = _feeds(model)

@@ -154,3 +154,18 @@ def test_unique_constant_indices_need_no_loop() -> None:
     changes = sorted(r.change for r in result.report)
     assert [c.rsplit(" as ", 1)[0] for c in changes] == ["ScatterElements 18 -> 13", "ScatterND 18 -> 13"]
     assert not any("Loop" in c for c in changes), changes
+
+
+def test_a_runtime_without_loop_refuses_the_loop_forms(monkeypatch: pytest.MonkeyPatch) -> None:
+    # A profile's "loops": false refuses the loop forms as --no-loops does, naming the runtime.
+    import dataclasses
+
+    from lowerer.backends import profile
+
+    real = profile.load_profile
+    monkeypatch.setattr(profile, "load_profile", lambda spec: dataclasses.replace(real(spec), loops=False))
+    with pytest.raises(ConversionError, match=r"node 'scatter_sum' \(ScatterND-18.*becomes a Loop over updates.*"
+                                              r"and openvino==2026.4 has no Loop.*choose a target opset >= 16"):
+        lowerer.convert(gnn(), target_opset=13, verify=False, for_backend="openvino==2026.4")
+    with pytest.raises(profile.InputError, match="'loops' must be true or false"):
+        profile.parse_profile({"provider": "X", "entries": [], "loops": "no"}, "x.json")

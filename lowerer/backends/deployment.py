@@ -9,10 +9,16 @@ difference relative to the output's largest magnitude, with its source: OpenVINO
 fp32 reassociates sums; RKNN computes in fp16).
 
 The inputs are the whole-model check's (:func:`lowerer.verification.feeds.generate_sets`: every kind of
-generated values on the dims bound two ways, ±inf and NaN sets where an input is float), plus a tie-heavy
-set: small integers as floats, so ArgMax/Hardmax/TopK rows hold ties and ReLU planes are all zero. Every
-output is compared; the ±inf and NaN sets are compared and recorded in the reason, not judged
+generated values on the dims bound two ways, ±inf and NaN sets where an input is float, or the shapes,
+value ranges and ``.npz`` files that check was given: ``--input-shapes``, ``--val-range``, ``--load-inputs``),
+plus a tie-heavy set: small integers as floats, so ArgMax/Hardmax/TopK rows hold ties and ReLU planes are all
+zero. Every output is compared; the ±inf and NaN sets are compared and recorded in the reason, not judged
 (:data:`RECORDED_HERE`).
+
+Where the conversion kept a node the runtime computes differently (a profile ``departure``: the
+original model departs there too), an output that differs from onnxruntime is compared with the
+original model run on the same runtime: equal there, it is the departure the user already has
+(status ``departs-as-original``, said in the report, not a failure).
 
 A difference, or a model the runtime refuses, fails the conversion (exit 1) with one line naming the
 output, the input set and, where it can be found, the first node whose value departs (both sides of
@@ -40,6 +46,7 @@ from lowerer.verification.compare import OutputStats, Tolerance, output_scale, s
 from lowerer.verification.feeds import FeedSet, generate_sets, merge_specs, model_inputs, recorded
 from lowerer.verification.providers import CPU
 from lowerer.verification.runner import SessionMaker
+from lowerer.verification.whole import ModelCheckOptions
 
 __all__ = ["Deployment", "check_deployment", "witness_for"]
 
@@ -119,11 +126,13 @@ def witness_for(profile: Profile) -> tuple[Witness | None, str]:
 
 def check_deployment(original: onnx.ModelProto | None, converted: onnx.ModelProto, profile: Profile, report: Report,
                      *, seed: int = 0, data_dir: Path | None = None,
-                     found: tuple[Witness | None, str] | None = None) -> Deployment:
+                     found: tuple[Witness | None, str] | None = None,
+                     steering: ModelCheckOptions | None = None) -> Deployment:
     """Run ``converted`` on the backend's runtime where it is installed; compare; record in ``report.backend``.
 
     ``found``: :func:`witness_for`'s answer when the caller asked already (it then reads the original only
-    where a witness will run).
+    where a witness will run). ``steering``: the whole-model check's options, whose input shapes, value
+    ranges and loaded inputs the check uses too.
 
     Raises:
         VerificationError: the runtime refuses the converted model, dies, or computes another value for
@@ -136,7 +145,8 @@ def check_deployment(original: onnx.ModelProto | None, converted: onnx.ModelProt
         result = Deployment("not-run", f"{witness.label} was not run: the model's weights are in external data",
                             witness.label)
     else:
-        result = _run_check(original, converted, profile, witness, seed, data_dir)
+        departures = bool(report.backend and report.backend.get("departures"))
+        result = _run_check(original, converted, profile, witness, seed, data_dir, steering, departures)
     if report.backend is not None:
         report.backend["deployment"] = result.to_dict()
     if result.status in ("different", "failed"):
@@ -153,9 +163,10 @@ def _has_external_data(model: onnx.ModelProto) -> bool:
 
 
 def _run_check(original: onnx.ModelProto | None, converted: onnx.ModelProto, profile: Profile, witness: Witness,
-               seed: int, data_dir: Path | None) -> Deployment:
+               seed: int, data_dir: Path | None, steering: ModelCheckOptions | None = None,
+               departures: bool = False) -> Deployment:
     reference_model, reference = (original, "the original") if original is not None else (converted, "the converted")
-    sets = _input_sets(reference_model, converted, seed)
+    sets = _input_sets(reference_model, converted, seed, steering)
     if isinstance(sets, str):
         return Deployment("not-run", f"{witness.label} was not run: {sets}", witness.label)
     maker = SessionMaker([CPU])
@@ -185,12 +196,29 @@ def _run_check(original: onnx.ModelProto | None, converted: onnx.ModelProto, pro
                                    f"({_judged(stats, profile.tolerance)}) on {len(judged)} input set(s)"
                                    f"{_recorded(converted, expected, got, sets, profile.tolerance)}",
                           witness.label, ref_label, stats, labels)
+    if departures and original is not None and reference == "the original" and \
+            _as_original(original, converted, witness, sets, got, profile.tolerance):
+        same = ", ".join(repr(s.name) for s in bad)
+        return Deployment("departs-as-original", f"ran on {witness.label}: output(s) {same} differ from {ref_label} "
+                                                 f"as the original model does on {witness.label} (the departure "
+                                                 "named in report.backend.departures)", witness.label, ref_label,
+                          stats, labels)
     departs = _locate(converted, witness, sets, bad[0], profile.tolerance)
     first = bad[0]
     where = f"; the first node that departs there: {departs}" if departs else ""
     reason = (f"the converted model computes otherwise on {witness.label}: output {first.name!r} differs from "
               f"{ref_label} ({_describe(first)}, input set {first.worst_input_set}){where}")
     return Deployment("different", reason, witness.label, ref_label, stats, labels, departs)
+
+
+def _as_original(original: onnx.ModelProto, converted: onnx.ModelProto, witness: Witness, sets: list[FeedSet],
+                 got: list[list[np.ndarray]], relative: float) -> bool:
+    """Whether the original model, run on the witness, gives what the converted one does there."""
+    try:
+        there = witness.run_sets(original, [s.feeds for s in sets])
+    except WitnessError:
+        return False
+    return all(s.ok for s in _compare(converted, there, got, sets, relative))
 
 
 def _verb(stage: str) -> str:
@@ -202,9 +230,12 @@ def _short(text: str, limit: int = 400) -> str:
     return one if len(one) <= limit else one[:limit] + " ..."
 
 
-def _input_sets(reference: onnx.ModelProto, converted: onnx.ModelProto, seed: int) -> list[FeedSet] | str:
-    """The generated input sets (the whole-model check's) plus a tie-heavy one."""
+def _input_sets(reference: onnx.ModelProto, converted: onnx.ModelProto, seed: int,
+                steering: ModelCheckOptions | None = None) -> list[FeedSet] | str:
+    """The input sets (the whole-model check's, generated or loaded as ``steering`` says) plus a tie-heavy one."""
     import zlib
+
+    from lowerer.verification.feeds import load_sets
 
     specs_a, specs_b = model_inputs(reference), model_inputs(converted)
     if isinstance(specs_a, str):
@@ -214,7 +245,11 @@ def _input_sets(reference: onnx.ModelProto, converted: onnx.ModelProto, seed: in
     merged = merge_specs(specs_a, specs_b, ("original", "converted"))
     if isinstance(merged, str):
         return merged
-    sets, _ = generate_sets(reference, merged, seed_key=[seed, zlib.crc32(b"deployment")], special=True)
+    if steering is not None and steering.load_inputs:
+        return load_sets(steering.load_inputs, merged)  # the user's own inputs, as they are
+    sets, _ = generate_sets(reference, merged, seed_key=[seed, zlib.crc32(b"deployment")],
+                            input_shapes=None if steering is None else steering.input_shapes,
+                            value_ranges=None if steering is None else steering.value_ranges, special=True)
     if not sets:
         return "no input sets could be made"
     rng = np.random.default_rng([seed, 7])

@@ -6,7 +6,10 @@ picker is the profile (:class:`~lowerer.backends.plan.BackendPlan`): exactly the
 names are rewritten, with lowerer's exact forms, each rewrite verified like any other. A node the
 profile names that no exact form replaces is refused with one line (before the second scan, for
 nodes whose entry has no form), or kept as it is with a warning line when the caller allows the
-backend's fallback. The converted model is then scanned again: nothing the profile names may be left.
+backend's fallback. A node of the user's own model that a ``departure`` entry names (the runtime
+computes that op differently, and the original departs there too) is kept with a warning line and
+recorded in ``report.backend["departures"]``, unless the plan is strict (``--strict-backend``). The
+converted model is then scanned again: nothing the profile names may be left.
 """
 
 from __future__ import annotations
@@ -70,16 +73,24 @@ def finish(model: onnx.ModelProto, plan: BackendPlan, report: Report, warn: bool
     picked = {(f.scope, f.node) for f in plan.named}
     named = [*plan.named, *(f for f in left if (f.scope, f.node) not in picked)]
     kept = [Kept(f, _reason_left(f, plan, picked)) for f in left]
+    said = [k for k in kept if k.finding.entry.departure and not plan.strict and _users_own(k.finding, report)]
+    kept = [k for k in kept if k not in said]
     if kept and not plan.allow_fallback:
         first = kept[0]
         raise ConversionError(refusal(first.finding, profile, first.reason, [k.finding for k in kept[1:]]))
     for k in kept if warn else ():
         logger.warning("node %s stays as it is: %s cannot run it (%s), and %s; onnxruntime falls back for it",
                        k.finding.label(), profile.spec, k.finding.entry.why, k.reason)
+    for k in said if warn else ():
+        logger.warning("node %s: %s computes it differently (%s); the original model departs there too and "
+                       "lowerer has no form that fixes it: kept as it is (--strict-backend refuses it)",
+                       k.finding.label(), profile.spec, k.finding.entry.why)
     rewritten = sum(1 for r in report.rewrites if any(c.why == PICKED for c in r.crossings))
     report.backend = backend_record(profile, named, rewritten, kept)
     if foreign:
         report.backend["domains_left"] = foreign
+    if said:
+        report.backend["departures"] = [Kept(k.finding, DEPARTS).to_dict() for k in said]
 
 
 def check_domains(model: onnx.ModelProto, plan: BackendPlan, warn: bool = True) -> list[dict[str, Any]]:
@@ -120,6 +131,18 @@ def check_domains(model: onnx.ModelProto, plan: BackendPlan, warn: bool = True) 
     if warn:
         logger.warning("%s; they stay as they are, for onnxruntime's fallback", line)
     return records
+
+
+#: Why a node a ``departure`` entry names stays (see :mod:`lowerer.backends.profile`).
+DEPARTS = "the original model departs there too (the runtime computes this op so); lowerer has no form that fixes it"
+
+
+def _users_own(finding: Finding, report: Report) -> bool:
+    """Whether the node is the user's own (not one a rewrite of another op wrote): a departure they already have."""
+    for r in report.rewrites:
+        if r.scope == finding.scope and any(n.name == finding.node for n in r.replacement):
+            return r.node == finding.node and r.op_type == finding.op_type
+    return True
 
 
 def check_loads(model: onnx.ModelProto, profile: Profile) -> None:

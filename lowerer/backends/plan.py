@@ -68,10 +68,13 @@ class BackendPlan:
         profile: the backend's profile.
         allow_fallback: keep a node as it is when its form refuses (recorded in ``kept``); else the
             refusal stands.
+        strict: refuse a node of the user's own model that a ``departure`` entry names (else it is
+            converted as it is, with a warning).
     """
 
     profile: Profile
     allow_fallback: bool = False
+    strict: bool = False
     #: Nodes whose form refused, kept as they are (only with ``allow_fallback``), by (scope, node).
     kept: dict[tuple[str, str], Kept] = field(default_factory=dict)
     #: Every node the picker matched to an entry with a form, in the order the walk met them.

@@ -14,6 +14,18 @@ bound where the profile has version-dependent entries: ``tensorrt<9.2``, ``tenso
 user named falls in its range. A profile's ``loads`` table (:mod:`lowerer.backends.loads`) says
 which opset and IR version each runtime release loads; ``onnxruntime`` names the CPU profile with
 onnxruntime's versions (``onnxruntime==1.14``).
+
+An entry with ``"departure": true`` (only with ``"rewrite": null``) says the runtime computes the op
+itself differently from ONNX (OpenVINO's TopK on ties): the original model departs there already,
+and lowerer has no form that fixes it. A node of the user's own model it names is converted as it
+is, with a warning line naming node and runtime, and recorded in ``report.backend["departures"]``
+(``strict_backend=True``, ``--strict-backend``, refuses it instead). An entry without it says
+lowerer's output would break there: a node lowerer wrote is refused (or kept with
+``--allow-fallback``) whatever the entry says.
+
+A profile's top-level ``"loops": false`` says the runtime has no ``Loop``: the forms that write a node
+as a Loop over its data are refused as under ``--no-loops``, in one line naming the runtime and the
+lowest opset that keeps the op's own form.
 """
 
 from __future__ import annotations
@@ -58,12 +70,13 @@ REWRITES: dict[str, str] = {
     "argmax-reduce": "ArgMax/ArgMin -> ReduceMin(Where(Equal(x, ReduceMax(x)), iota, n-1)) (no ArgMax/TopK)",
     "hardmax-reduce": "Hardmax -> first maximum from ReduceMax + Equal + Where + ReduceMin, + one-hot (no ArgMax/TopK)",
     "expand": "the op's ONNX function body",
+    "isnan-equal": "IsNaN -> Not(Equal(x, x)) (NaN is the one value unequal to itself)",
 }
 
 _CONDITIONS = frozenset({"attribute", "attribute_in", "attributes_present", "dtypes", "not_dtypes", "literal_inputs",
                          "input_values_outside", "rank_not", "axis_not_last", "dynamic_shape", "axis_size_dynamic"})
 _ENTRY_KEYS = frozenset({"op", "ops", "versions", "when", "rewrite", "why", "source", "confirmed", "note",
-                         "backend_versions"})
+                         "backend_versions", "departure"})
 _AXIS_OPS = frozenset({"Hardmax", "Softmax", "LogSoftmax"})
 _SPEC = re.compile(r"^\s*([A-Za-z][A-Za-z0-9_-]*)\s*(?:(<=|>=|==|=|<|>|@)\s*(\d+(?:\.\d+)*))?\s*$")
 
@@ -129,6 +142,8 @@ class Entry:
         confirmed: False when the statement could not be confirmed in the source.
         note: what was or was not confirmed, and caveats.
         backend_versions: the backend versions the entry applies to (None: all).
+        departure: the runtime computes the op of the original model differently and lowerer has no
+            form that fixes it (said, not refused, for the user's own nodes; see the module docstring).
     """
 
     ops: tuple[str, ...]
@@ -142,6 +157,7 @@ class Entry:
     backend_versions: VersionRange | None = None
     #: ``backend_versions`` as written (``<9.2``), for messages.
     backend_versions_text: str = ""
+    departure: bool = False
 
     def covers(self, op: str, version: int) -> bool:
         """Whether the entry names ``op`` at since-version ``version`` (before its condition)."""
@@ -238,6 +254,8 @@ class Profile:
     tolerance_source: str = ""
     #: The non-default domains whose ops the runtime imports (see :class:`DomainSupport`).
     domains: tuple[DomainSupport, ...] = ()
+    #: False when the runtime has no ``Loop`` (the profile's ``"loops": false``): loop forms are refused.
+    loops: bool = True
 
     @property
     def ops(self) -> frozenset[str]:
@@ -303,7 +321,7 @@ def load_profile(spec: object) -> Profile:
                    entries=tuple(entries), loads=loads_for(rows, op, version) if rows else None,
                    release=_release(data["runtime"], op, version), runtime=data["runtime"], named=named,
                    chosen=chosen, tolerance=data["tolerance"], tolerance_source=data["tolerance_source"],
-                   domains=data["domains"])
+                   domains=data["domains"], loops=data["loops"])
 
 
 def _unnamed_version(data: dict[str, Any]) -> tuple[str | None, str | None, str]:
@@ -369,7 +387,11 @@ def parse_profile(raw: object, source: str) -> dict[str, Any]:
     if not isinstance(tolerance, dict) or not isinstance(tolerance.get("relative"), (int, float)) or \
             not 0 <= tolerance["relative"] < 1:
         raise InputError(f"profile {source}: 'tolerance' must be {{\"relative\": a number in [0, 1), \"source\": ...}}")
-    return {"provider": raw["provider"], "description": str(raw.get("description", "")), "entries": entries,
+    loops = raw.get("loops", True)
+    if not isinstance(loops, bool):
+        raise InputError(f"profile {source}: 'loops' must be true or false")
+    return {"loops": loops, "provider": raw["provider"], "description": str(raw.get("description", "")),
+            "entries": entries,
             "loads": rows, "runtime": runtime, "witnessed": runtime in WITNESSES_FOR,
             "tolerance": float(tolerance["relative"]), "tolerance_source": str(tolerance.get("source", "")),
             "domains": tuple(_domain(item, f"{source} domains[{i}]") for i, item in enumerate(raw.get("domains", [])))}
@@ -418,6 +440,9 @@ def _entry(item: object, where: str) -> Entry:
     for key in ("why", "source"):
         if not isinstance(item.get(key), str) or not item[key].strip():
             raise InputError(f"profile {where}: '{key}' must be a non-empty string")
+    departure = item.get("departure", False)
+    if not isinstance(departure, bool) or (departure and rewrite is not None):
+        raise InputError(f"profile {where}: 'departure' must be true or false, and true only with \"rewrite\": null")
     applies = None
     if "backend_versions" in item:
         m = re.match(r"^\s*(<=|>=|==|<|>)\s*(\d+(?:\.\d+)*)\s*$", str(item["backend_versions"]))
@@ -427,7 +452,7 @@ def _entry(item: object, where: str) -> Entry:
     return Entry(ops=tuple(ops), versions=(versions[0], versions[1]), when=dict(when), rewrite=rewrite,
                  why=item["why"].strip(), source=item["source"].strip(), confirmed=bool(item.get("confirmed", True)),
                  note=str(item.get("note", "")), backend_versions=applies,
-                 backend_versions_text=str(item.get("backend_versions", "")).replace(" ", ""))
+                 backend_versions_text=str(item.get("backend_versions", "")).replace(" ", ""), departure=departure)
 
 
 # -- conditions --------------------------------------------------------------------------------

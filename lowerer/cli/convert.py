@@ -37,8 +37,8 @@ __all__ = ["convert"]
 
 
 @in_order("input_path", "output_path", "target_opset", "decompose", "report_path", "external_data", "verify",
-          "verify_model", "exact", "optimize", "for_backend", "allow_fallback", "ir_version", "no_loops",
-          "fold_dequantize", "keep_imports", "seed",
+          "verify_model", "exact", "optimize", "for_backend", "allow_fallback", "strict_backend", "ir_version",
+          "no_loops", "fold_dequantize", "keep_imports", "seed",
           "providers", "atol", "rtol", "max_ulp", "input_shapes", "val_range", "load_inputs", "save_inputs",
           "allow_unverified", "verbose", "quiet")
 @click.command(epilog=EPILOG)

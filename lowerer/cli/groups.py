@@ -122,6 +122,11 @@ class ConversionArgs(ArgGroup):
             "is_flag": True,
             "help": "With --for: keep a node the backend cannot run and lowerer has no exact form for (a "
                     "warning line names it), and accept an unproven placement, instead of refusing."}),
+        "strict_backend": (("--strict-backend",), {
+            "is_flag": True,
+            "help": "With --for: refuse a node of the model that the runtime computes differently and lowerer "
+                    "has no form to fix (OpenVINO's TopK on ties), instead of converting it as it is with a "
+                    "warning line (the original model departs there too)."}),
         "ir_version": (("--ir-version",), {
             "type": int, "default": None, "metavar": "N",
             "help": "IR version to write (default: with a target opset, the lowest that the opsets and the "
@@ -154,13 +159,14 @@ class ConversionArgs(ArgGroup):
             click.UsageError: ``--allow-fallback`` without ``--for``, or nothing to do.
         """
         given = cls.take(values)
-        if given["allow_fallback"] and given["for_backend"] is None:
-            raise click.UsageError("--allow-fallback goes with --for BACKEND")
+        for flag in ("allow_fallback", "strict_backend"):
+            if given.get(flag) and given["for_backend"] is None:
+                raise click.UsageError(f"--{flag.replace('_', '-')} goes with --for BACKEND")
         if given["target_opset"] is None and not (given["decompose"] or "").strip(", ") and \
                 given["for_backend"] is None and given.get("ir_version") is None:
             raise click.UsageError("nothing to do: give --target-opset, --decompose, --for and/or --ir-version")
         return {k: given[k] for k in ("target_opset", "decompose", "for_backend", "allow_fallback", "ir_version",
-                                      "no_loops", "fold_dequantize", "keep_imports") if k in given}
+                                      "no_loops", "fold_dequantize", "keep_imports", "strict_backend") if k in given}
 
 
 class VerificationArgs(ArgGroup):

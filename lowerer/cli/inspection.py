@@ -168,7 +168,8 @@ def _dry_run(source: InputModel, options: ConvertOptions) -> tuple[Report | None
                   input_checked=True)
     source_ir = source.model.ir_version
     if options.profile is not None:
-        state.plan = BackendPlan(options.profile, allow_fallback=options.allow_fallback)
+        state.plan = BackendPlan(options.profile, allow_fallback=options.allow_fallback,
+                                 strict=options.strict_backend)
     try:
         for p in PIPELINE:  # convert's passes, but the placement proof (it opens the backend's provider)
             if p.name == "backend":

@@ -368,7 +368,8 @@ class DeploymentPass(Pass):
         if original is None and state.serialized is not None and found[0] is not None:  # parsed only to be run
             original = onnx.load_from_string(state.serialized)
         result = check_deployment(original, state.model, state.plan.profile, state.report, seed=state.options.seed,
-                                  data_dir=state.source_dir, found=found)
+                                  data_dir=state.source_dir, found=found,
+                                  steering=state.options.verify_model or state.options.optimize)
         logger.info("deployment check: %s", result.reason)
 
 

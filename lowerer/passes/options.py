@@ -8,6 +8,7 @@ line; a wrong type (``decompose=123``, ``providers=[None]``) is an ``InputError`
 
 from __future__ import annotations
 
+import dataclasses
 import operator
 from collections.abc import Iterable
 from dataclasses import dataclass
@@ -45,6 +46,8 @@ class ConvertOptions:
         exact: accept no difference at all.
         profile: the backend profile (``for_backend``), or None.
         allow_fallback: with ``profile``, keep nodes no exact form replaces.
+        strict_backend: with ``profile``, refuse a node of the model that the runtime computes differently
+            (a ``departure`` entry) instead of converting it with a warning.
         ir_version: the IR version to write (None: the lowest the target and the model allow).
         no_loops: refuse the forms that write a node as a loop over its data (``request.no_loops``).
         fold_dequantize: fold a DequantizeLinear of constants the target cannot express into a float
@@ -65,6 +68,7 @@ class ConvertOptions:
     exact: bool = False
     profile: Profile | None = None
     allow_fallback: bool = False
+    strict_backend: bool = False
     ir_version: int | None = None
     no_loops: bool = False
     fold_dequantize: bool = False
@@ -105,7 +109,8 @@ class ConvertOptions:
                seed: Any = 0, verify_model: Any = False, optimize: Any = False, progress: Any = None,
                max_ulp: Any = None, exact: Any = False, for_backend: Any = None,
                allow_fallback: Any = False, ir_version: Any = None, no_loops: Any = False,
-               fold_dequantize: Any = False, keep_imports: Any = False) -> ConvertOptions:
+               fold_dequantize: Any = False, keep_imports: Any = False,
+               strict_backend: Any = False) -> ConvertOptions:
         """Check every option (see :func:`lowerer.convert` for their meaning) and freeze them.
 
         Raises:
@@ -132,16 +137,21 @@ class ConvertOptions:
 
             profile = load_profile(for_backend)
             allow_fallback = check_flag(allow_fallback, "allow_fallback")
-        elif allow_fallback is not False:
-            raise InputError("allow_fallback goes with for_backend (a backend name)")
+            strict_backend = check_flag(strict_backend, "strict_backend")
+        elif allow_fallback is not False or strict_backend is not False:
+            raise InputError(f"{'allow_fallback' if allow_fallback is not False else 'strict_backend'} goes with "
+                             "for_backend (a backend name)")
         no_loops = check_flag(no_loops, "no_loops")
         fold = check_flag(fold_dequantize, "fold_dequantize")
-        return cls(target_opset=target_opset, decompose=names, request=request_for(names, no_loops, fold),
+        request = request_for(names, no_loops, fold)
+        if profile is not None and not profile.loops and not no_loops:  # a runtime without Loop refuses them too
+            request = dataclasses.replace(request, no_loops=True, loops_refused_by=profile.spec)
+        return cls(target_opset=target_opset, decompose=names, request=request,
                    verify=check_flag(verify, "verify"), providers=None if chosen is None else tuple(chosen),
                    seed=seed_value(seed), verify_model=check, optimize=tuned, progress=check_progress(progress),
                    max_ulp=max_ulp, exact=exact, profile=profile, allow_fallback=bool(allow_fallback),
-                   ir_version=check_ir_version(ir_version), no_loops=no_loops, fold_dequantize=fold,
-                   keep_imports=check_flag(keep_imports, "keep_imports"))
+                   strict_backend=bool(strict_backend), ir_version=check_ir_version(ir_version), no_loops=no_loops,
+                   fold_dequantize=fold, keep_imports=check_flag(keep_imports, "keep_imports"))
 
 
 def model_check_options(value: object, name: str = "verify_model") -> ModelCheckOptions | None:

@@ -53,7 +53,7 @@ from lowerer.rules import (  # noqa: F401  (imported to register their adapters)
     widening,
 )
 from lowerer.rules.argmax import ArgExtremumRule
-from lowerer.rules.backend_forms import ConstantInputsForm, LastAxisForm, SelectLastIndexForm
+from lowerer.rules.backend_forms import ConstantInputsForm, IsNaNEqualForm, LastAxisForm, SelectLastIndexForm
 from lowerer.rules.global_max_pool import GlobalMaxPoolDecomposition
 from lowerer.rules.hardmax import CoercedAxisRule
 from lowerer.rules.hardmax_decomposition import HardmaxDecomposition
@@ -75,4 +75,5 @@ REGISTRY.form("hardmax-topk", ("Hardmax",), HardmaxTopKForm)
 REGISTRY.form("shape-slice", ("Shape",), ShapeSliceForm)
 REGISTRY.form("argmax-reduce", ("ArgMax", "ArgMin"), ArgReduceForm)
 REGISTRY.form("hardmax-reduce", ("Hardmax",), HardmaxReduceForm)
+REGISTRY.form("isnan-equal", ("IsNaN",), IsNaNEqualForm)
 REGISTRY.seal()

@@ -13,7 +13,8 @@ expansion they are the forms of :data:`lowerer.backends.REWRITES`:
   view → ``Reshape`` back for the coerced-to-2-D meaning (versions 1, 11);
 * :class:`ConstantInputsForm` (``constant-inputs``): the inputs a backend wants constant (a
   Reshape's shape, Slice's parameters, ReduceMax's axes, OneHot's depth) written as initializers
-  where :mod:`lowerer.facts.constants` proves their value (a shape computed from static dims ...).
+  where :mod:`lowerer.facts.constants` proves their value (a shape computed from static dims ...);
+* :class:`IsNaNEqualForm` (``isnan-equal``): IsNaN as ``Not(Equal(x, x))``.
 """
 
 from __future__ import annotations
@@ -27,7 +28,7 @@ from lowerer.rules.argmax import ArgExtremumRule
 from lowerer.rules.hardmax import CoercedAxisRule, read_semantics
 from lowerer.steps.emitter import Emitter, Rule, attr, normalize_axis
 
-__all__ = ["ConstantInputsForm", "LastAxisForm", "SelectLastIndexForm"]
+__all__ = ["ConstantInputsForm", "IsNaNEqualForm", "LastAxisForm", "SelectLastIndexForm"]
 
 
 class SelectLastIndexForm(ArgExtremumRule):
@@ -174,3 +175,31 @@ class ConstantInputsForm(Rule):
             if elem is not None:
                 value = np.asarray(value).astype(onnx.helper.tensor_dtype_to_np_dtype(elem), copy=False)
             copy.input[index] = em.const(np.asarray(value), f"const{index}")
+
+
+class IsNaNEqualForm(Rule):
+    """``IsNaN(x)`` → ``Not(Equal(x, x))``, exactly: NaN is the one value unequal to itself (IEEE 754).
+
+    OpenVINO 2023.0's CPU plugin turns a transformer's ``IsNaN`` over a Softmax into an Eltwise on bool
+    and fails to compile it; Equal + Not compile there. Equal takes floats from opset 11 (bfloat16 from
+    13); a float8 input (IsNaN-20) has no Equal: refused.
+    """
+
+    name = "isnan-equal"
+    op_types = ("IsNaN",)
+    versions = (9, 13, 20)
+    decomposition = "isnan-equal"
+
+    def rewrite(self, em: Emitter) -> None:
+        """Emit ``Not(Equal(x, x))`` for ``em.node``."""
+        node = em.node
+        elem = em.elem_type(node.input[0])
+        floats = {onnx.TensorProto.FLOAT, onnx.TensorProto.DOUBLE, onnx.TensorProto.FLOAT16}
+        if em.target >= 13:
+            floats.add(onnx.TensorProto.BFLOAT16)
+        if elem not in floats or em.target < 11:
+            shown = "unknown" if elem is None else onnx.TensorProto.DataType.Name(elem)
+            em.refuse(f"the isnan-equal form needs Equal on the input's type ({shown}): float16, float and double "
+                      "from opset 11, bfloat16 from 13")
+        same = em.op("Equal", [node.input[0], node.input[0]])
+        em.op("Not", [same], list(node.output))

@@ -4,8 +4,9 @@ Each adapter crosses one step exactly, or refuses. The generic handling of the s
 changes (types, constant inputs to attributes ...) is left to :func:`lowerer.steps.generic.cross`.
 
 * ``Reshape`` 14 → 13: ``allowzero=1`` means the same as Reshape-13 unless the shape holds a 0
-  (then the output is an empty tensor of exactly that shape); when that cannot be ruled out, an
-  ``If`` on ``min(|shape|) == 0`` gives ``ConstantOfShape(shape)`` (empty) or the Reshape.
+  (then the output is an empty tensor of exactly that shape); when that cannot be ruled out, a
+  static form (Reshape with a trailing axis that takes the 0, Expand, Reshape back; no control
+  flow: tract and MNN read lowerer's former ``If`` form wrongly) keeps it exact from opset 8.
 * ``Shape`` 15 → 13: ``start``/``end`` become a ``Slice`` of the whole shape (same clamping).
 * ``Split`` 18 → 13: ``num_outputs`` becomes the ``split`` sizes (needs the static size along
   the axis); 13 → 18: without ``split``, ``num_outputs`` is the number of outputs (equal parts).
@@ -17,9 +18,7 @@ from __future__ import annotations
 
 import numpy as np
 import onnx
-from onnx import helper
 
-from lowerer.facts.reference import np_dtype
 from lowerer.steps import generic
 from lowerer.steps.changes import AttrAdded, InputAdded, Semantics, Step
 from lowerer.steps.emitter import Emitter
@@ -89,37 +88,30 @@ def reshape_14_13(em: Emitter, step: Step, direction: str) -> None:
     if no_zero:  # a 0 in the shape is impossible (or the original fails on it): the same meaning
         generic.cross(em, step, direction, node, handled=(AttrAdded,))
         return
-    elem = em.elem_type(data)
-    if elem is None or em.target < 8 or (em.target >= 9 and elem not in _CONSTANT_OF_SHAPE_9):
-        shown = "unknown" if elem is None else onnx.TensorProto.DataType.Name(elem)
-        em.refuse("allowzero=1 with a shape that may hold a 0 has no Reshape-13 form; the exact guard (an empty "
-                  "tensor of that shape from ConstantOfShape, opset >= 9, or Expand, opset 8) does not take this "
-                  f"element type ({shown}) or opset")
-    (output,) = node.output
-    zero = np.zeros([] if em.target < 9 else [1], dtype=np_dtype(elem))
-    empty_out, full_out = em.fresh(f"{output}_empty"), em.fresh(f"{output}_full")
-    if em.target >= 9:
-        empty = helper.make_node("ConstantOfShape", [shape_name], [empty_out], name=em.fresh(f"{node.name}/empty"),
-                                 value=onnx.numpy_helper.from_array(zero, "value"))
-        empty_nodes = [empty]
-    else:
-        scalar = em.fresh(f"{output}_zero")
-        empty_nodes = [helper.make_node("Constant", [], [scalar], name=em.fresh(f"{node.name}/zero"),
-                                        value=onnx.numpy_helper.from_array(zero, "value")),
-                       helper.make_node("Expand", [scalar, shape_name], [empty_out],
-                                        name=em.fresh(f"{node.name}/empty"))]
-    then_branch = helper.make_graph(empty_nodes, em.fresh("allowzero_empty"), [],
-                                    [helper.make_tensor_value_info(empty_out, elem, None)])
-    inner = generic.copy_of(node)
-    inner.output[0] = full_out
-    inner.name = em.fresh(f"{node.name or 'Reshape'}/full")
-    else_branch = helper.make_graph([inner], em.fresh("allowzero_full"), [],
-                                    [helper.make_tensor_value_info(full_out, elem, None)])
-    # "Some dim of the shape is 0", with ops every opset has: min |shape| (as float) < 0.5.
-    as_float = em.op("Cast", [shape_name], to=onnx.TensorProto.FLOAT)
-    smallest = em.op("ReduceMin", [em.op("Abs", [as_float])], keepdims=0)
-    has_zero = em.op("Less", [smallest, em.const(np.array(0.5, dtype=np.float32), "half")])
-    em.op("If", [has_zero], [output], then_branch=then_branch, else_branch=else_branch)
+    if em.target < 8:
+        em.refuse("allowzero=1 with a shape that may hold a 0 has no Reshape-5 form below opset 8 (the exact form "
+                  "needs Expand-8)")
+    _reshape_empty_by_expand(em, node)
+
+
+def _reshape_empty_by_expand(em: Emitter, node: onnx.NodeProto) -> None:
+    """``allowzero=1`` without control flow (module docstring): every runtime reads it the same way.
+
+    ``z = (shape == 0)``; ``X = Reshape(data, [shape + z, 1 - 2·max(z)])``: where the shape holds no
+    0 this is the Reshape with a trailing 1; where it holds 0s (then no -1, by the spec, and the
+    data is empty) the zero places read 1 and the trailing -1 takes the 0. ``Expand(X, [1 - z, 1])``
+    puts the 0s in their places, and ``Reshape(·, shape)`` drops the trailing axis: each 0 there
+    copies a 0 of the expanded tensor, so it means what ``allowzero=1`` means.
+    """
+    data, shape_name = node.input[0], node.input[1]
+    one = em.const(np.array([1], np.int64), "one")
+    zeros = em.op("Cast", [em.op("Equal", [shape_name, em.const(np.array([0], np.int64), "zero")])],
+                  to=onnx.TensorProto.INT64)
+    any_zero = em.op("ReduceMax", [zeros], keepdims=1)
+    last = em.op("Sub", [one, em.op("Mul", [any_zero, em.const(np.array([2], np.int64), "two")])])
+    padded = em.op("Reshape", [data, em.op("Concat", [em.op("Add", [shape_name, zeros]), last], axis=0)])
+    placed = em.op("Expand", [padded, em.op("Concat", [em.op("Sub", [one, zeros]), one], axis=0)])
+    em.op("Reshape", [placed, shape_name], list(node.output))
 
 
 @adapter("Shape", 15, DOWN)

@@ -88,6 +88,8 @@ class Emitter:
         self.shown_version = source_version
         #: Refuse a loop over the node's data (:meth:`loop_form`): the caller's ``no_loops``.
         self.no_loops = False
+        #: Who refuses the loop forms, when a runtime without Loop (``--for``) does, not ``--no-loops``.
+        self.loops_refused_by = ""
         #: Whether the replacement is a loop over the node's data, and its trip count where static.
         self.looped = False
         self.loop_trips: int | None = None
@@ -156,6 +158,10 @@ class Emitter:
         ``trips``, the loop's trip count where static; ``why``, why no vectorized form exists (the
         refusal's words); ``keep``, the lowest opset the node keeps its op's own form at.
         """
+        if self.no_loops and self.loops_refused_by:
+            self.refuse(f"below opset {keep} it becomes {form} ({why}), and {self.loops_refused_by} has no Loop "
+                        f"(its profile); choose a target opset >= {keep}, where {self.node.op_type} keeps its own "
+                        "form")
         if self.no_loops:
             count = f"{trips} iterations" if trips is not None else "one iteration per update"
             self.refuse(f"below opset {keep} it becomes {form} ({count}: {why}), and --no-loops (API: "

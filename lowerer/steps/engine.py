@@ -399,6 +399,7 @@ class StepEngine:
         far = resolution.far
         em = Emitter(node, scope, sv, far, self.names, facts, self.request.decompose)
         em.target, em.no_loops = target, self.request.no_loops
+        em.loops_refused_by = self.request.loops_refused_by
         em.fold_dequantize = self.request.fold_dequantize
         if node.name == conversion.first_name:
             em.shown_version = conversion.first_version or sv

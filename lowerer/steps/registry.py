@@ -147,12 +147,15 @@ class Request:
         no_loops: refuse the forms that write a node as a loop over its data (:attr:`Entry.loop_form`).
         fold_dequantize: fold a DequantizeLinear of constants into a float constant where the target's
             DequantizeLinear cannot express it (:mod:`lowerer.rules.dequantize_fold`).
+        loops_refused_by: who refuses the loop forms when not ``--no-loops``: a runtime without Loop
+            (its profile's ``"loops": false``), named in the refusal.
     """
 
     decompose: frozenset[str] = frozenset()
     expand: frozenset[str] = frozenset()
     no_loops: bool = False
     fold_dequantize: bool = False
+    loops_refused_by: str = ""
 
 
 #: Nothing asked besides the target.
