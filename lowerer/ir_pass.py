@@ -37,7 +37,8 @@ class LowerPass(ir.passes.InPlacePass):
     by the converted ones. As with onnxscript's version converter, the main graph's nodes (and
     those of its subgraphs) in the default domain carry ``version`` = ``target_opset``. The last
     report is kept in :attr:`report`. Every keyword :func:`lowerer.convert` takes is accepted
-    (``for_backend``, ``max_ulp``, ``verify_model`` ...), checked when the pass is made. Errors are
+    (``for_backend``, ``max_ulp``, ``verify_model``, ``keep_imports`` ...), checked when the pass is
+    made; those set away from their defaults show in its ``repr``. Errors are
     :class:`lowerer.LowererError` (onnx_ir's own errors included), kept in :attr:`error`; inside
     ``ir.passes.Sequential`` onnx_ir wraps them in its ``PassError``, whose message names the pass by
     ``str(pass)``: after a failure that is lowerer's line followed by the pass, so the ``PassError``
@@ -83,6 +84,9 @@ class LowerPass(ir.passes.InPlacePass):
         parts += ["exact=True"] if o.exact else []
         parts += ["verify_model=True"] if o.verify_model is not None else []
         parts += ["optimize=True"] if o.optimize is not None else []
+        parts += [f"ir_version={o.ir_version!r}"] if o.ir_version is not None else []
+        parts += ["no_loops=True"] if o.no_loops else []
+        parts += ["keep_imports=True"] if o.keep_imports else []
         return "".join(f", {p}" for p in parts)
 
     def call(self, model: ir.Model) -> ir.passes.PassResult:

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import inspect
 import warnings
+from pathlib import Path
 from typing import get_args
 
 import numpy as np
@@ -40,6 +42,27 @@ def test_lower_pass_takes_convert_options_in_a_pass_manager() -> None:
     assert report is not None and report.backend is not None and report.model_check is not None
     assert report.model_check["status"] == "equal"
     assert lower.error is None
+
+
+def test_lower_pass_takes_every_keyword_of_convert_and_shows_it() -> None:
+    away = {"decompose": ["hardmax"], "verify": False, "providers": ["cpu"], "seed": 3, "verify_model": True,
+            "optimize": True, "max_ulp": 2, "for_backend": "cuda", "allow_fallback": True, "ir_version": 9,
+            "no_loops": True, "fold_dequantize": True, "keep_imports": True}
+    keywords = set(inspect.signature(lowerer.convert).parameters) - {"model", "target_opset", "progress"}
+    assert keywords == set(away) | {"exact"}, keywords ^ (set(away) | {"exact"})
+    shown = repr(lowerer.LowerPass(target_opset=13, **away))
+    for name in away:
+        assert f"{name}=" in shown, name
+    assert "exact=True" in repr(lowerer.LowerPass(exact=True))  # exact goes with no max_ulp
+
+
+def test_keep_imports_in_a_pass_manager() -> None:
+    model = onnx.load(Path(__file__).parent / "fixtures" / "exporters" / "skl2onnx_kmeans.onnx")  # no ml node
+    for keep, domains in ((False, {""}), (True, {"", "ai.onnx.ml"})):
+        lower = lowerer.LowerPass(target_opset=11, keep_imports=keep)
+        result = ir.passes.PassManager([lower])(ir.serde.deserialize_model(model))
+        assert set(result.model.opset_imports) == domains
+        assert lower.report is not None and any("which no node uses" in n for n in lower.report.notes) is not keep
 
 
 def test_a_refusal_in_a_pass_manager_carries_lowerers_line() -> None:
