@@ -164,6 +164,7 @@ class ConvertPass(Pass):
 
         options = state.options
         plan = state.plan
+        observing = False  # the walk is over: the rewrites left unverified are checked on observed values
         try:
             target, why = options.target_and_why(default_opset(state.model.opset_import), state.model)
             report = run_pipeline(state.model, target_opset=target,
@@ -174,12 +175,15 @@ class ConvertPass(Pass):
             if state.verifier is not None and state.verifier.pending:  # unverified: on the values the model feeds
                 from lowerer.verification.observed import check_pending
 
+                observing = True
                 check_pending(state.verifier, _observed_source(state))
         except VerificationError as e:  # the report so far, the failing rewrite last, for the user to read
             e.report = Report(rewrites=state.seen, source_opset=default_opset(state.model.opset_import),
                               target_opset=options.target_opset, decompose=tuple(sorted(options.decompose)),
                               verification=state.verifier.summary() if state.verifier else None,
-                              notes=["verification failed: the conversion stopped at the last rewrite listed"])
+                              notes=["verification failed on the values the model feeds a rewrite, checked once the "
+                                     "walk was over: the error names the rewrite" if observing else
+                                     "verification failed: the conversion stopped at the last rewrite listed"])
             raise
         report.notes[:0] = state.report.notes
         if why is not None:  # a named onnxruntime release without a kernel of some op at the opset it loads
