@@ -47,7 +47,8 @@ def test_lower_pass_takes_convert_options_in_a_pass_manager() -> None:
 def test_lower_pass_takes_every_keyword_of_convert_and_shows_it() -> None:
     away = {"decompose": ["hardmax"], "verify": False, "providers": ["cpu"], "seed": 3, "verify_model": True,
             "optimize": True, "max_ulp": 2, "for_backend": "cuda", "allow_fallback": True, "ir_version": 9,
-            "no_loops": True, "fold_dequantize": True, "keep_imports": True}
+            "no_loops": True, "fold_dequantize": True, "keep_imports": True,
+            "strict_backend": True}
     keywords = set(inspect.signature(lowerer.convert).parameters) - {"model", "target_opset", "progress"}
     assert keywords == set(away) | {"exact"}, keywords ^ (set(away) | {"exact"})
     shown = repr(lowerer.LowerPass(target_opset=13, **away))
