@@ -301,7 +301,13 @@ def _finish_report(state: State, source_ir: int) -> None:
     else:
         for rewrite in report.rewrites:
             rewrite.reason = "verification was turned off (verify=False / --no-verify)"
-    looped = report.loop_warning()
+    no_keep = None
+    if state.plan is not None and report.loops():
+        from lowerer.backends.lowering import own_forms_refused
+
+        loops = report.loops()
+        no_keep = own_forms_refused(state.plan.profile, {e["op_type"] for e in loops}, max(e["keep"] for e in loops))
+    looped = report.loop_warning(no_keep)
     if looped is not None:
         logger.warning("%s", looped)
 

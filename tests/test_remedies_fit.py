@@ -85,3 +85,81 @@ def test_backend_line_speaks_of_the_runtime_named(runtime: str, provider_named: 
     line = placement_line(record)
     assert ("OpenVINOExecutionProvider" in line) is provider_named
     assert line.endswith("deployment: not run here")
+
+
+def _patch_model(dims: list[int | str]) -> onnx.ModelProto:
+    """A DINOv2-like 4x4 patch Conv (stride 4): an image of 1x1 or 2x2, as generated for dynamic dims, is too small."""
+    w = numpy_helper.from_array(np.ones((2, 3, 4, 4), np.float32), "w")
+    nodes = [helper.make_node("Conv", ["x", "w"], ["c"], kernel_shape=[4, 4], strides=[4, 4], name="patch"),
+             helper.make_node("ReduceMean", ["c"], ["y"], axes=[2, 3], keepdims=0, name="pool")]
+    graph = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", F, dims)],
+                              [helper.make_tensor_value_info("y", F, [dims[0], 2])], [w])
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+
+
+def test_model_check_remedy_names_input_shapes_where_generated_dims_failed() -> None:
+    from lowerer.core.errors import VerificationError
+    from lowerer.verification.whole import ModelCheckOptions
+
+    with pytest.raises(VerificationError) as generated:
+        lowerer.convert(_patch_model(["n", 3, "h", "w"]), target_opset=11, verify_model=True)
+    message = str(generated.value)
+    assert "--input-shapes x:nx3xhxw" in message and "--load-inputs" in message
+    assert "--allow-unverified" not in message
+    # the sizes it names make the check run
+    given = ModelCheckOptions(input_shapes={"x": (1, 3, 8, 8)})
+    result = lowerer.convert(_patch_model(["n", 3, "h", "w"]), target_opset=11, verify_model=given)
+    assert result.report.model_check is not None and result.report.model_check["status"] == "equal"
+
+
+def test_model_check_remedy_without_generated_dims_is_allow_unverified() -> None:
+    from lowerer.core.errors import VerificationError
+    from lowerer.verification.whole import ModelCheckOptions
+
+    # every dim given (here: too small): nothing about the generated shapes to change
+    given = ModelCheckOptions(input_shapes={"x": (1, 3, 2, 2)})
+    with pytest.raises(VerificationError) as shaped:
+        lowerer.convert(_patch_model(["n", 3, "h", "w"]), target_opset=11, verify_model=given)
+    assert "--input-shapes" not in str(shaped.value) and "--allow-unverified" in str(shaped.value)
+
+
+def _scatter_add_model(opset: int = 17) -> onnx.ModelProto:
+    """ScatterND with reduction='add' on run-time indices: OpenVINO < 2025's ONNX frontend refuses it."""
+    nodes = [helper.make_node("ScatterND", ["data", "idx", "upd"], ["y"], reduction="add", name="scatter")]
+    graph = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("data", F, [4, 3]),
+                                           helper.make_tensor_value_info("idx", TensorProto.INT64, [2, 1]),
+                                           helper.make_tensor_value_info("upd", F, [2, 3])],
+                              [helper.make_tensor_value_info("y", F, [4, 3])])
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)])
+
+
+def test_backend_refusal_names_the_opset_that_works_there() -> None:
+    with pytest.raises(ConversionError) as refused:
+        lowerer.convert(_scatter_add_model(), for_backend="openvino==2024.0", verify=False)
+    message = str(refused.value)
+    assert "--target-opset 15" in message and "--allow-fallback" not in message
+    # the opset it names converts for that backend
+    lowerer.convert(_scatter_add_model(), for_backend="openvino==2024.0", target_opset=15, verify=False)
+
+
+def test_backend_refusal_without_a_working_opset() -> None:
+    # --no-loops refuses the loop form opset 15 needs: that opset is not offered, nor a fallback as if onnxruntime's
+    with pytest.raises(ConversionError) as refused:
+        lowerer.convert(_scatter_add_model(), for_backend="openvino==2024.0", verify=False, no_loops=True)
+    message = str(refused.value)
+    assert "--target-opset 15" not in message
+    assert "openvino==2024.0 on its own has no fallback" in message
+
+
+@pytest.mark.parametrize(("backend", "kept_said"), [("openvino==2024.0", False), (None, True)])
+def test_loop_warning_speaks_of_the_backend_named(backend: str | None, kept_said: bool,
+                                                  caplog: pytest.LogCaptureFixture) -> None:
+    import logging
+
+    model = _scatter_add_model(18)
+    with caplog.at_level(logging.WARNING, logger="lowerer"):
+        lowerer.convert(model, target_opset=15, verify=False,
+                        **({"for_backend": backend} if backend else {}))  # type: ignore[arg-type]
+    (line,) = [r.getMessage() for r in caplog.records if "Loop over updates" in r.getMessage()]
+    assert ("a target opset >= 16 keeps it" in line) is kept_said
+    assert ("openvino==2024.0 cannot run every ScatterND in its own form at opset 16" in line) is not kept_said

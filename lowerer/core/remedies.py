@@ -16,6 +16,7 @@ __all__ = [
     "ADD_SHAPES",
     "ADD_SHAPES_STATIC",
     "ADD_TYPES",
+    "ALLOW_UNVERIFIED",
     "FALLBACK",
     "FOLD_FIRST",
     "MAKE_CONSTANT",
@@ -24,6 +25,7 @@ __all__ = [
     "REMEDY",
     "ends_with_remedy",
     "for_static_inputs",
+    "generated_shapes_remedy",
     "inputs_static",
     "last_clause",
     "reach_clause",
@@ -51,6 +53,23 @@ MAKE_CONSTANT_STATIC = ("it is not a constant although the model's input shapes 
                         f"input data, or by ops lowerer does not fold: {FOLD_FIRST})")
 #: What keeps a node a backend profile names but no exact form replaces (``--for``).
 FALLBACK = "--allow-fallback (API: allow_fallback=True) keeps it for onnxruntime's fallback"
+
+#: What lets a whole-model check that cannot run pass: when nothing about the inputs would make it run.
+ALLOW_UNVERIFIED = "allow that with --allow-unverified (API: allow_unverified=True)"
+
+
+def generated_shapes_remedy(inputs: dict[str, tuple[int | str, ...]]) -> str:
+    """The remedy for a model that ran on none of the generated inputs, whose dynamic dims were generated.
+
+    ``inputs``: each input whose dims lowerer bound (to 1, then 2), with its dims (a str: a dynamic
+    dim's name). The sizes it needs are the model's: ``--input-shapes`` gives them, ``--load-inputs``
+    gives real inputs.
+    """
+    shown = [f"{name}:{'x'.join(str(d) for d in dims)}" for name, dims in list(inputs.items())[:2]]
+    example = " ".join(f"--input-shapes {s}" for s in shown) + (" ..." if len(inputs) > 2 else "")
+    return (f"its dynamic dims were generated as 1, then 2: give sizes it takes with {example} (names replaced "
+            "by sizes; API: ModelCheckOptions.input_shapes) or real inputs with --load-inputs IN.npz")
+
 
 #: Phrasings of a remedy (searched for in a message's last clause, case-insensitive).
 REMEDY = re.compile(

@@ -336,10 +336,12 @@ class Report:
                  "to_opset": r.to_opset, "form": c.loop, "trips": c.trips, "keep": c.start}
                 for r in self.rewrites for c in r.loops[:1]]
 
-    def loop_warning(self) -> str | None:
+    def loop_warning(self, no_keep: str | None = None) -> str | None:
         """One line naming the nodes written as a loop over their data (:meth:`loops`), or None when none is.
 
         What the loop costs is measured in ``benchmarks/loop_forms.py`` (the README's lowering list states it).
+        ``no_keep``: why no target opset keeps the nodes' own forms on the runtime named (``--for``), said
+        instead of the opset that keeps them; None: that opset is said.
         """
         loops = self.loops()
         if not loops:
@@ -352,9 +354,10 @@ class Report:
         more = f" and {len(loops) - _LOOPS_SHOWN} more" if len(loops) > _LOOPS_SHOWN else ""
         count = len(loops)
         keep = max(entry["keep"] for entry in loops)
+        kept = (no_keep if no_keep is not None else f"a target opset >= {keep} keeps {'them' if count != 1 else 'it'}"
+                f" as {'they are' if count != 1 else 'it is'}")
         return (f"{count} node{'s' if count != 1 else ''} became {form}, far slower than the op ({LOOP_COST}): "
-                f"{', '.join(shown)}{more}; a target opset >= {keep} keeps {'them' if count != 1 else 'it'} as "
-                f"{'they are' if count != 1 else 'it is'}, and --no-loops (API: no_loops=True) refuses such forms")
+                f"{', '.join(shown)}{more}; {kept}, and --no-loops (API: no_loops=True) refuses such forms")
 
     def summary(self) -> dict[str, Any]:
         """Counts of rewrites by rule and by verification status, and what was done to the whole model."""
