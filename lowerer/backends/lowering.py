@@ -60,18 +60,18 @@ def backend_remedy(finding: Finding, profile: Profile, opset: int | None,
     The opset just below the op-versions the node's entry names, where ``converts_at`` (the whole
     model converted there for this backend, nothing it names left: see
     :class:`lowerer.passes.BackendPass`) says the model converts; ``--allow-fallback`` where the
-    runtime is onnxruntime (its CPU provider takes the node); run through onnxruntime's provider
-    otherwise.
+    runtime is onnxruntime (its CPU provider takes the node); otherwise none (``--allow-fallback``
+    only through onnxruntime's provider for that runtime).
     """
     low = finding.entry.versions[0]
     lower = None if low is None or opset is None or not 1 < low <= opset else low - 1
     if lower is not None and converts_at is not None and converts_at(lower):
-        return (f"--target-opset {lower} (API: target_opset={lower}) takes it below {finding.op_type}-{low}: "
-                f"the model converts there for {profile.spec}")
+        return (f"--target-opset {lower} takes it below {finding.op_type}-{low} (API: target_opset={lower}: "
+                f"the model converts there for {profile.spec})")
     if profile.runtime == "onnxruntime":
         return FALLBACK
-    return (f"{profile.spec} on its own has no fallback: through onnxruntime's {profile.provider}, "
-            f"{FALLBACK.split(' keeps', 1)[0]} keeps it for onnxruntime's fallback")
+    return (f"no option makes {profile.spec} run it (through onnxruntime's {profile.provider}, "
+            f"{FALLBACK.split(' keeps', 1)[0]} keeps it for onnxruntime's fallback)")
 
 
 def finish(model: onnx.ModelProto, plan: BackendPlan, report: Report, warn: bool = True,

@@ -137,3 +137,79 @@ def with_reach(message: str, source: int, target: int, reached: int) -> str:
     if own and re.search(rf"\b{reached}\b", last) and "opset" in last:
         return message
     return f"{message}; {clause}"
+
+
+#: The longest refusal line a command prints (``lowerer: error:`` included): the full text is in the report
+#: (``--report``) and in ``lowerer inspect``.
+REFUSAL_LINE_MAX = 200
+#: Where a shortened refusal's full text is.
+IN_FULL = "in full: --report, inspect"
+_MORE_NODES = re.compile(r" \(and (\d+) more (nodes?) that cannot be converted: [^()]*\)$")
+#: Below this many characters of room a shortened line leaves the reason out (the node and remedy stay).
+_AT_LEAST = 16
+#: :func:`reach_clause`'s words, and their short form's (group 1: lowest/highest, group 2: the opset).
+_SHORT_REACH = re.compile(r"the (lowest|highest) opset (?:this node can be taken to|for this node) is (\d+)")
+#: The main graph's scope in a node's label (the short line leaves it out).
+_IN_GRAPH = re.compile(r"\(([A-Za-z0-9_]+-\d+), in graph\)")
+
+
+def _clauses(text: str) -> list[str]:
+    """``text`` split at ``"; "`` outside parentheses."""
+    parts, depth, start = [], 0, 0
+    for i, c in enumerate(text):
+        depth += (c == "(") - (c == ")")
+        if depth == 0 and text.startswith("; ", i):
+            parts.append(text[start:i])
+            start = i + 2
+    parts.append(text[start:])
+    return parts
+
+
+def _without_parentheticals(text: str) -> str:
+    """``text`` without its parenthesized asides (nested ones included)."""
+    out, depth = [], 0
+    for c in text:
+        if c == "(":
+            depth += 1
+        elif c == ")" and depth:
+            depth -= 1
+        elif depth == 0:
+            out.append(c)
+    return re.sub(r"\s+([,;:])", r"\1", re.sub(r" {2,}", " ", "".join(out))).strip()
+
+
+def _cut(text: str, room: int) -> str:
+    """``text`` in at most ``room`` characters, cut at a space (never mid-word), ``…`` marking the cut."""
+    if len(text) <= room:
+        return text
+    head = text[:max(room - 1, 0)]
+    cut = head.rsplit(" ", 1)[0] if " " in head else ""
+    return cut.rstrip(",;: ") + "…" if cut else ""
+
+
+def refusal_line(message: str, room: int, pointer: str = IN_FULL) -> str:
+    """A refusal ``message`` as the line a command prints, in at most ``room`` characters.
+
+    A message that fits is kept whole. Otherwise: the node, its op and versions (the text before the
+    first ``": "``), the first clause of the reason without its asides, the remedy (the last clause,
+    see :func:`ends_with_remedy`, without its asides), how many more nodes refuse, and where the full
+    text is (``pointer``); a reason or remedy that still does not fit is cut at a space.
+    """
+    if len(message) <= room:
+        return message
+    more_match = _MORE_NODES.search(message)
+    body = message[:more_match.start()] if more_match else message
+    more = f"; {more_match.group(1)} more {more_match.group(2)} refused" if more_match else ""
+    head, _, rest = body.partition(": ") if body.startswith("node ") else ("", "", body)
+    clauses = _clauses(rest)
+    first = _without_parentheticals(clauses[0])
+    remedy = _without_parentheticals(clauses[-1]) if len(clauses) > 1 and REMEDY.search(clauses[-1]) else ""
+    lead = _IN_GRAPH.sub(r"(\1)", head) + ": " if head else ""
+    tail = f"{more} ({pointer})" if pointer else more
+    free = room - len(lead) - len(tail)
+    if len(first) + len(remedy) + 2 > free:  # the remedy whole where it fits, the reason's start in the rest
+        remedy = _cut(_SHORT_REACH.sub(r"\1 opset it converts to: \2", remedy), free)
+        rest = free - (len(remedy) + 2 if remedy else 0)
+        first = _cut(first, rest) if rest >= _AT_LEAST else ""
+    line = lead + "; ".join(p for p in (first, remedy) if p) + tail
+    return line if len(line) <= room else _cut(line, room)

@@ -155,6 +155,12 @@ class Rewrite:
         return [c for c in self.crossings if c.loop]
 
     @property
+    def nan_differs(self) -> bool:
+        """Whether the check recorded a NaN input on which the replacement computes differently (not judged)."""
+        nan = self.details.get("nan")
+        return isinstance(nan, str) and "recorded, not judged" in nan
+
+    @property
     def change(self) -> str:
         """The rewrite in plain words: the op, its versions and how (``ScatterND 18 -> 13 as a Loop over updates``)."""
         return f"{self.op_type} {self.from_version} -> {self.to_opset} {change_words(self)}"
@@ -305,6 +311,10 @@ class Report:
     model_budget: dict[str, Any] | None = None
     #: The nodes a refused conversion could not convert: node, op, version, scope and refusal of each.
     refused: list[dict[str, Any]] | None = None
+    #: The rewrites (scope, node) whose NaN handling differs (:attr:`Rewrite.nan_differs`) that no float
+    #: graph input reaches: a NaN input cannot get there, so the terminal's NaN note leaves them out
+    #: (their ``details.nan`` keeps the difference).
+    nan_unreached: set[tuple[str, str]] = field(default_factory=set, repr=False, metadata={INTERNAL: True})
 
     def __iter__(self) -> Iterator[Rewrite]:
         return iter(self.rewrites)
