@@ -146,8 +146,8 @@ def test_inspect_for_refuses_as_convert_does_above_what_the_release_loads(tmp_pa
     code, _, err = _converted(tmp_path, args)
     inspect_code, _, inspect_err = _invoke(["inspect", str(DECODER23), *args])
     assert code == inspect_code == 2
-    refusal = err.strip().removeprefix("lowerer: error: ").split(" (in full: ", 1)[0]
-    assert inspect_err.strip().startswith("lowerer: error: would refuse: " + refusal.split(": ", 1)[0])
+    refusal = err.strip().removeprefix("lowerer: error: ")
+    assert inspect_err.strip().startswith("lowerer: error: would refuse: " + refusal[:40])
 
 
 def test_inspect_summarizes_the_model() -> None:

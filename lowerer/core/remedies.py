@@ -145,8 +145,8 @@ REFUSAL_LINE_MAX = 200
 #: Where a shortened refusal's full text is.
 IN_FULL = "in full: --report, inspect"
 _MORE_NODES = re.compile(r" \(and (\d+) more (nodes?) that cannot be converted: [^()]*\)$")
-#: Below this many characters of room a shortened line leaves the reason out (the node and remedy stay).
-_AT_LEAST = 16
+#: The room a shortened line keeps for the reason's start before the remedy's (half of it at least, or none).
+_AT_LEAST = 30
 #: :func:`reach_clause`'s words, and their short form's (group 1: lowest/highest, group 2: the opset).
 _SHORT_REACH = re.compile(r"the (lowest|highest) opset (?:this node can be taken to|for this node) is (\d+)")
 #: The main graph's scope in a node's label (the short line leaves it out).
@@ -208,8 +208,10 @@ def refusal_line(message: str, room: int, pointer: str = IN_FULL) -> str:
     tail = f"{more} ({pointer})" if pointer else more
     free = room - len(lead) - len(tail)
     if len(first) + len(remedy) + 2 > free:  # the remedy whole where it fits, the reason's start in the rest
-        remedy = _cut(_SHORT_REACH.sub(r"\1 opset it converts to: \2", remedy), free)
+        remedy = _SHORT_REACH.sub(r"\1 opset it converts to: \2", remedy)
+        if len(remedy) + 2 > free:  # a remedy that fits stays whole; the reason's start takes what is left
+            remedy = _cut(remedy, free - min(len(first), _AT_LEAST) - 2)
         rest = free - (len(remedy) + 2 if remedy else 0)
-        first = _cut(first, rest) if rest >= _AT_LEAST else ""
+        first = _cut(first, rest) if rest >= _AT_LEAST // 2 else ""
     line = lead + "; ".join(p for p in (first, remedy) if p) + tail
     return line if len(line) <= room else _cut(line, room)
