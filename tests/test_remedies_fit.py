@@ -74,7 +74,8 @@ def test_static_shapes_advised_only_for_dynamic_inputs() -> None:
     assert all("make the input shapes static" not in r["refusal"] for r in static.value.refused)  # type: ignore[attr-defined]
 
 
-@pytest.mark.parametrize(("runtime", "provider_named"), [("openvino", False), ("onnxruntime", True)])
+@pytest.mark.parametrize(("runtime", "provider_named"),
+                         [("openvino", False), ("onnxruntime", True), ("tensorrt", True)])
 def test_backend_line_speaks_of_the_runtime_named(runtime: str, provider_named: bool) -> None:
     from lowerer.backends.lowering import placement_line
     from lowerer.backends.proof import NOT_PROVEN

@@ -18,7 +18,7 @@ from typing import Any
 import onnx
 
 from lowerer.backends.plan import BackendPlan, Finding, Kept, scan
-from lowerer.backends.profile import Profile, load_profile
+from lowerer.backends.profile import FALLBACK_RUNTIMES, Profile, load_profile
 from lowerer.backends.proof import FAILED, NOT_PROVEN, PROVEN, Placement, prove_placement
 from lowerer.core.errors import ConversionError, InputError
 from lowerer.core.opsets import default_opset
@@ -60,15 +60,15 @@ def backend_remedy(finding: Finding, profile: Profile, opset: int | None,
     The opset just below the op-versions the node's entry names, where ``converts_at`` (the whole
     model converted there for this backend, nothing it names left: see
     :class:`lowerer.passes.BackendPass`) says the model converts; ``--allow-fallback`` where the
-    runtime is onnxruntime (its CPU provider takes the node); otherwise none (``--allow-fallback``
-    only through onnxruntime's provider for that runtime).
+    runtime hands refused nodes to another provider (:data:`FALLBACK_RUNTIMES`); otherwise none
+    (``--allow-fallback`` only through onnxruntime's provider for that runtime).
     """
     low = finding.entry.versions[0]
     lower = None if low is None or opset is None or not 1 < low <= opset else low - 1
     if lower is not None and converts_at is not None and converts_at(lower):
         return (f"--target-opset {lower} takes it below {finding.op_type}-{low} (API: target_opset={lower}: "
                 f"the model converts there for {profile.spec})")
-    if profile.runtime == "onnxruntime":
+    if profile.runtime in FALLBACK_RUNTIMES:
         return FALLBACK
     return (f"no option makes {profile.spec} run it (through onnxruntime's {profile.provider}, "
             f"{FALLBACK.split(' keeps', 1)[0]} keeps it for onnxruntime's fallback)")
@@ -309,9 +309,14 @@ def placement_line(record: dict[str, Any]) -> str:
     placement = record.get("placement") or "placement not checked"
     detail = record.get("placement_detail")
     runtime = (record.get("loads") or {}).get("runtime") or "onnxruntime"
-    line = f"backend {record['spec']} ({record['provider'] if runtime == 'onnxruntime' else runtime}): " + (
-        f"{record['rewritten']} node(s) rewritten for it, {left} left to its fallback")
-    if runtime == "onnxruntime" or record.get("placement_classes") or placement != NOT_PROVEN:
+    hosted = runtime in FALLBACK_RUNTIMES
+    line = f"backend {record['spec']} ({record['provider'] if hosted else runtime}): " + (
+        f"{record['rewritten']} node(s) rewritten for it")
+    if hosted:
+        line += f", {left} left to its fallback"
+    elif left:  # a runtime on its own has no fallback: the nodes kept (--allow-fallback) are named in the report
+        line += f", {left} kept as they are (--allow-fallback)"
+    if hosted or record.get("placement_classes") or placement != NOT_PROVEN:
         line += f"; {placement}" + (f" ({detail})" if detail else "")
     # else: the placement concerns onnxruntime's provider of a runtime the user named on its own (the report keeps it)
     if record.get("chosen"):

@@ -100,10 +100,11 @@ class BackendPlan:
 
     @property
     def fallback_remedy(self) -> str | None:
-        """What a refused form's line ends with: ``--allow-fallback`` where the runtime is onnxruntime, else None."""
+        """What a refused form's line ends with: ``--allow-fallback`` where the runtime has a fallback, else None."""
+        from lowerer.backends.profile import FALLBACK_RUNTIMES
         from lowerer.core.remedies import FALLBACK
 
-        return FALLBACK if self.profile.runtime == "onnxruntime" else None
+        return FALLBACK if self.profile.runtime in FALLBACK_RUNTIMES else None
 
     def _keep(self, entry: Entry, version: int, name: str) -> Callable[[onnx.NodeProto, Scope, ConversionError], bool]:
         def keep(node: onnx.NodeProto, scope: Scope, refused: ConversionError) -> bool:
