@@ -200,8 +200,8 @@ def refusal_line(message: str, room: int, pointer: str = IN_FULL) -> str:
     more_match = _MORE_NODES.search(message)
     body = message[:more_match.start()] if more_match else message
     more = f"; {more_match.group(1)} more {more_match.group(2)} refused" if more_match else ""
-    head, _, rest = body.partition(": ") if body.startswith("node ") else ("", "", body)
-    clauses = _clauses(rest)
+    head, _, reason = body.partition(": ") if body.startswith("node ") else ("", "", body)
+    clauses = _clauses(reason)
     first = _without_parentheticals(clauses[0])
     remedy = _without_parentheticals(clauses[-1]) if len(clauses) > 1 and REMEDY.search(clauses[-1]) else ""
     lead = _IN_GRAPH.sub(r"(\1)", head) + ": " if head else ""
@@ -211,7 +211,7 @@ def refusal_line(message: str, room: int, pointer: str = IN_FULL) -> str:
         remedy = _SHORT_REACH.sub(r"\1 opset it converts to: \2", remedy)
         if len(remedy) + 2 > free:  # a remedy that fits stays whole; the reason's start takes what is left
             remedy = _cut(remedy, free - min(len(first), _AT_LEAST) - 2)
-        rest = free - (len(remedy) + 2 if remedy else 0)
-        first = _cut(first, rest) if rest >= _AT_LEAST // 2 else ""
+        left = free - (len(remedy) + 2 if remedy else 0)
+        first = _cut(first, left) if left >= _AT_LEAST // 2 else ""
     line = lead + "; ".join(p for p in (first, remedy) if p) + tail
     return line if len(line) <= room else _cut(line, room)
