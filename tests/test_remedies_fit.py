@@ -203,6 +203,11 @@ def test_cli_refusal_line_fits_and_the_report_has_it_in_full(tmp_path) -> None: 
     (refused,) = json.loads(report.read_text())["summary"]["refused"]
     assert len(refused["refusal"]) > 200 and "source: measured" in refused["refusal"]
     assert line.endswith(f"(in full: {report})")
+    # inspect prints the refusal in full, then the short line
+    shown = CliRunner().invoke(main, ["inspect", str(src), "--for", "openvino==2024.0"])
+    assert shown.exit_code == 2 and f"convert would refuse: {refused['refusal']}" in shown.stdout
+    (short,) = shown.stderr.strip().splitlines()
+    assert len(short) <= 200 and short.endswith("(in full above)")
 
 
 def _layer_norm_model(float_input: bool) -> onnx.ModelProto:

@@ -46,7 +46,7 @@ if TYPE_CHECKING:
     from lowerer.backends.plan import BackendPlan
     from lowerer.model_io.input_check import InputCheck
 
-__all__ = ["PIPELINE", "Pass", "State", "run_passes"]
+__all__ = ["PIPELINE", "Pass", "State", "converts_for_backend", "run_passes"]
 
 logger = logging.getLogger(__name__)
 
