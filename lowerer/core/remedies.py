@@ -147,6 +147,8 @@ IN_FULL = "in full: --report, inspect"
 _MORE_NODES = re.compile(r" \(and (\d+) more (nodes?) that cannot be converted: [^()]*\)$")
 #: The room a shortened line keeps for the reason's start before the remedy's (half of it at least, or none).
 _AT_LEAST = 30
+#: An option a remedy names, with its number (``--target-opset 15``, ``--fold-dequantize``).
+_OPTION = re.compile(r"--[a-z][a-z-]*(?: \d+)?")
 #: :func:`reach_clause`'s words, and their short form's (group 1: lowest/highest, group 2: the opset).
 _SHORT_REACH = re.compile(r"the (lowest|highest) opset (?:this node can be taken to|for this node) is (\d+)")
 #: The main graph's scope in a node's label (the short line leaves it out).
@@ -203,15 +205,32 @@ def refusal_line(message: str, room: int, pointer: str = IN_FULL) -> str:
     head, _, reason = body.partition(": ") if body.startswith("node ") else ("", "", body)
     clauses = _clauses(reason)
     first = _without_parentheticals(clauses[0])
-    remedy = _without_parentheticals(clauses[-1]) if len(clauses) > 1 and REMEDY.search(clauses[-1]) else ""
     lead = _IN_GRAPH.sub(r"(\1)", head) + ": " if head else ""
     tail = f"{more} ({pointer})" if pointer else more
     free = room - len(lead) - len(tail)
+    remedy = _remedy(clauses[1:], free - _AT_LEAST // 2 - 2)
     if len(first) + len(remedy) + 2 > free:  # the remedy whole where it fits, the reason's start in the rest
-        remedy = _SHORT_REACH.sub(r"\1 opset it converts to: \2", remedy)
         if len(remedy) + 2 > free:  # a remedy that fits stays whole; the reason's start takes what is left
-            remedy = _cut(remedy, free - min(len(first), _AT_LEAST) - 2)
+            options = list(dict.fromkeys(_OPTION.findall(remedy)))
+            # the options it names, at least, whole; else the remedy's start beside the reason's
+            remedy = f"try {' or '.join(options)}" if options else _cut(remedy, free - min(len(first), _AT_LEAST) - 2)
         left = free - (len(remedy) + 2 if remedy else 0)
         first = _cut(first, left) if left >= _AT_LEAST // 2 else ""
     line = lead + "; ".join(p for p in (first, remedy) if p) + tail
     return line if len(line) <= room else _cut(line, room)
+
+
+def _remedy(clauses: list[str], room: int) -> str:
+    """The remedy of a shortened line: the last one or two clauses that say what would work, without asides.
+
+    Both where they fit in ``room`` (an option and the opset the node reaches, say); else the one that
+    names an option (``--fold-dequantize``), else the last.
+    """
+    found = [_SHORT_REACH.sub(r"\1 opset it converts to: \2", _without_parentheticals(c))
+             for c in clauses[-2:] if REMEDY.search(c)]
+    if not found or not REMEDY.search(clauses[-1]):
+        return ""
+    joined = "; ".join(found)
+    if len(joined) <= room or len(found) == 1:
+        return joined
+    return next((c for c in found if "--" in c), found[-1])
