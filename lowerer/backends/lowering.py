@@ -117,7 +117,7 @@ def own_forms_refused(profile: Profile, op_types: Iterable[str], opset: int) -> 
 
     loads = profile.loads
     if loads is not None and loads.max_opset is not None and loads.max_opset < opset:
-        return f"{profile.spec} loads opsets up to {loads.max_opset}, so no target opset keeps them there"
+        return f"{profile.spec} loads opsets up to {loads.max_opset}: no opset it loads keeps the op's own form"
     named = sorted(op for op in set(op_types) if any(e.covers(op, since_version(op, opset) or 0)
                                                      for e in profile.entries))
     if named:
