@@ -318,7 +318,21 @@ def _finish_report(state: State, source_ir: int) -> None:
     else:
         for rewrite in report.rewrites:
             rewrite.reason = "verification was turned off (verify=False / --no-verify)"
-    looped = report.loop_warning()
+    no_keep = None
+    if state.plan is not None and report.loops():
+        from lowerer.backends.lowering import own_forms_refused
+
+        loops = report.loops()
+        no_keep = own_forms_refused(state.plan.profile, {e["op_type"] for e in loops}, max(e["keep"] for e in loops))
+    looped = report.loop_warning(no_keep)
+    differs = [r for r in report.rewrites if r.nan_differs]
+    if differs:  # the NaN note only where a NaN input can get (see lowerer.facts.float_reach)
+        from lowerer.facts.float_reach import reached_by_float_inputs
+
+        reached = reached_by_float_inputs(state.model)
+        report.nan_unreached = {(r.scope, r.node) for r in differs if r.original is not None
+                                and not r.scope.startswith("function:")
+                                and not any(name in reached for name in r.original.input if name)}
     if looped is not None:
         logger.warning("%s", looped)
 

@@ -87,7 +87,9 @@ def test_inspect_for_exits_as_convert_would(tmp_path, args: list[str]) -> None:
     assert table.startswith("backend: ")
     if convert_code:
         refusal = convert_err.strip().splitlines()[-1].removeprefix("lowerer: error: ")
-        assert inspect_err.strip().splitlines()[-1] == f"lowerer: error: would refuse: {refusal}"
+        line = inspect_err.strip().splitlines()[-1]
+        assert line.startswith(f"lowerer: error: would refuse: {refusal.split(': ', 1)[0]}: ")
+        assert len(line) <= 200 and len(convert_err.strip().splitlines()[-1]) <= 200  # the full text is in the table
         assert "nodes it cannot run:" in table  # the table is printed before the refusal
 
 
@@ -144,8 +146,8 @@ def test_inspect_for_refuses_as_convert_does_above_what_the_release_loads(tmp_pa
     code, _, err = _converted(tmp_path, args)
     inspect_code, _, inspect_err = _invoke(["inspect", str(DECODER23), *args])
     assert code == inspect_code == 2
-    refusal = err.strip().removeprefix("lowerer: error: ").split("; the report (each node", 1)[0]
-    assert inspect_err.strip() == "lowerer: error: would refuse: " + refusal
+    refusal = err.strip().removeprefix("lowerer: error: ")
+    assert inspect_err.strip().startswith("lowerer: error: would refuse: " + refusal[:40])
 
 
 def test_inspect_summarizes_the_model() -> None:

@@ -62,7 +62,7 @@ def test_the_report_is_written_on_a_refusal(tmp_path: Path) -> None:
                                        "--report", str(report)])
     assert result.exit_code == 2 and not out.exists()
     assert result.stderr.count("\n") == 1 and "Traceback" not in result.stderr
-    assert result.stderr.rstrip().endswith(f"the report (each node that cannot be converted) is in {report}")
+    assert result.stderr.rstrip().endswith(f"(in full: {report})")
     data = json.loads(report.read_text())
     summary = data["summary"]
     assert [r["node"] for r in summary["refused"]] == ["mod_a", "mod_b", "gnd"]

@@ -15,19 +15,23 @@ converted model is then scanned again: nothing the profile names may be left.
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable, Iterable
 from typing import Any
 
 import onnx
 
 from lowerer.backends.plan import BackendPlan, Finding, Kept, scan
-from lowerer.backends.profile import Profile, load_profile
+from lowerer.backends.profile import FALLBACK_RUNTIMES, Profile, load_profile
 from lowerer.backends.proof import FAILED, NOT_PROVEN, PROVEN, Placement, prove_placement
 from lowerer.core.errors import ConversionError, InputError
+from lowerer.core.opsets import default_opset
+from lowerer.core.remedies import FALLBACK
 from lowerer.core.report import Report
 from lowerer.model_io.scopes import iter_scopes
 from lowerer.steps.registry import PICKED
 
-__all__ = ["PICKED", "backend_record", "check_domains", "check_loads", "finish", "make_plan", "prove", "refusal"]
+__all__ = ["PICKED", "backend_record", "backend_remedy", "check_domains", "check_loads", "finish", "make_plan",
+           "own_forms_refused", "prove", "refusal"]
 
 logger = logging.getLogger(__name__)
 
@@ -43,23 +47,46 @@ def make_plan(for_backend: object, allow_fallback: object) -> BackendPlan:
     return BackendPlan(load_profile(for_backend), allow_fallback=allow_fallback)
 
 
-def refusal(finding: Finding, profile: Profile, reason: str, more: list[Finding]) -> str:
-    """The one-line refusal for a node the profile names that stays (and how many more do)."""
+def refusal(finding: Finding, profile: Profile, reason: str, more: list[Finding], remedy: str) -> str:
+    """The one-line refusal for a node the profile names that stays (and how many more do), ending with ``remedy``."""
     others = ""
     if more:
         shown = ", ".join(f.label() for f in more[:3])
         others = f"; also {len(more)} more node(s): {shown}{' ...' if len(more) > 3 else ''}"
     return (f"node {finding.label()}: {profile.spec} cannot run it ({finding.entry.why}; source: "
-            f"{finding.entry.source}), and {reason}; --allow-fallback (API: allow_fallback=True) keeps it "
-            f"for onnxruntime's fallback{others}")
+            f"{finding.entry.source}), and {reason}{others}; {remedy}")
 
 
-def finish(model: onnx.ModelProto, plan: BackendPlan, report: Report, warn: bool = True) -> None:
+def backend_remedy(finding: Finding, profile: Profile, opset: int | None,
+                   converts_at: Callable[[int], bool] | None = None) -> str:
+    """What would make ``profile``'s runtime run the model, for a node it cannot run: options that work there.
+
+    The opset just below the op-versions the node's entry names, where ``converts_at`` (the whole
+    model converted there for this backend, nothing it names left: see
+    :class:`lowerer.passes.BackendPass`) says the model converts; ``--allow-fallback`` where the
+    runtime hands refused nodes to another provider (:data:`FALLBACK_RUNTIMES`); otherwise none
+    (``--allow-fallback`` only through onnxruntime's provider for that runtime).
+    """
+    low = finding.entry.versions[0]
+    lower = None if low is None or opset is None or not 1 < low <= opset else low - 1
+    if lower is not None and converts_at is not None and converts_at(lower):
+        return (f"--target-opset {lower} takes it below {finding.op_type}-{low} (API: target_opset={lower}: "
+                f"the model converts there for {profile.spec})")
+    if profile.runtime in FALLBACK_RUNTIMES:
+        return FALLBACK
+    return (f"no option makes {profile.spec} run it (through onnxruntime's {profile.provider}, "
+            f"{FALLBACK.split(' keeps', 1)[0]} keeps it for onnxruntime's fallback)")
+
+
+def finish(model: onnx.ModelProto, plan: BackendPlan, report: Report, warn: bool = True,
+           converts_at: Callable[[int], bool] | None = None) -> None:
     """After the conversion walk (whose picker was ``plan``): refuse or keep what the profile still names.
 
     The walk applied each form where the node reached the target; here one scan of the result finds
     what the profile still names, each with its reason, and ``report.backend`` is recorded.
     ``warn``: log one warning line per node kept as it is (``allow_fallback``); a dry run does not.
+    ``converts_at``: whether the model converts, for this backend, to an opset (the refusal's remedy,
+    see :func:`backend_remedy`).
 
     Raises:
         ConversionError: the output's opset or IR version is above what the runtime version named loads,
@@ -77,7 +104,8 @@ def finish(model: onnx.ModelProto, plan: BackendPlan, report: Report, warn: bool
     kept = [k for k in kept if k not in said]
     if kept and not plan.allow_fallback:
         first = kept[0]
-        raise ConversionError(refusal(first.finding, profile, first.reason, [k.finding for k in kept[1:]]))
+        remedy = backend_remedy(first.finding, profile, default_opset(model.opset_import), converts_at)
+        raise ConversionError(refusal(first.finding, profile, first.reason, [k.finding for k in kept[1:]], remedy))
     for k in kept if warn else ():
         logger.warning("node %s stays as it is: %s cannot run it (%s), and %s; onnxruntime falls back for it",
                        k.finding.label(), profile.spec, k.finding.entry.why, k.reason)
@@ -145,6 +173,25 @@ def _users_own(finding: Finding, report: Report) -> bool:
     return True
 
 
+def own_forms_refused(profile: Profile, op_types: Iterable[str], opset: int) -> str | None:
+    """Why ``profile``'s runtime cannot take ``op_types`` in their own form at ``opset`` (and above), or None.
+
+    A loop form's warning names the opset that keeps a node's own form (:meth:`Report.loop_warning`);
+    this says when that is not so on the runtime named: it loads no such opset, or its profile names
+    the op there (under some condition: not claimed to run).
+    """
+    from lowerer.core.opsets import since_version
+
+    loads = profile.loads
+    if loads is not None and loads.max_opset is not None and loads.max_opset < opset:
+        return f"{profile.spec} loads opsets up to {loads.max_opset}: no opset it loads keeps the op's own form"
+    named = sorted(op for op in set(op_types) if any(e.covers(op, since_version(op, opset) or 0)
+                                                     for e in profile.entries))
+    if named:
+        return f"{profile.spec} cannot run every {'/'.join(named)} in its own form at opset {opset} and above"
+    return None
+
+
 def check_loads(model: onnx.ModelProto, profile: Profile) -> None:
     """Refuse an output whose opset or IR version the runtime version named does not load (``profile.loads``).
 
@@ -154,8 +201,6 @@ def check_loads(model: onnx.ModelProto, profile: Profile) -> None:
     Raises:
         ConversionError: naming the limit, its source, and what would work.
     """
-    from lowerer.core.opsets import default_opset
-
     loads = profile.loads
     if loads is None:
         return
@@ -241,7 +286,6 @@ def prove(model: onnx.ModelProto, plan: BackendPlan, report: Report, data_dir: o
     import os
 
     from lowerer.core.errors import VerificationError
-    from lowerer.core.opsets import default_opset
     from lowerer.model_io import external_data_locations
     from lowerer.verification.ort_support import MIN_ORT_OPSET, max_ort_opset
 
@@ -333,9 +377,14 @@ def placement_line(record: dict[str, Any]) -> str:
     placement = record.get("placement") or "placement not checked"
     detail = record.get("placement_detail")
     runtime = (record.get("loads") or {}).get("runtime") or "onnxruntime"
-    line = f"backend {record['spec']} ({record['provider'] if runtime == 'onnxruntime' else runtime}): " + (
-        f"{record['rewritten']} node(s) rewritten for it, {left} left to its fallback")
-    if runtime == "onnxruntime" or record.get("placement_classes") or placement != NOT_PROVEN:
+    hosted = runtime in FALLBACK_RUNTIMES
+    line = f"backend {record['spec']} ({record['provider'] if hosted else runtime}): " + (
+        f"{record['rewritten']} node(s) rewritten for it")
+    if hosted:
+        line += f", {left} left to its fallback"
+    elif left:  # a runtime on its own has no fallback: the nodes kept (--allow-fallback) are named in the report
+        line += f", {left} kept as they are (--allow-fallback)"
+    if hosted or record.get("placement_classes") or placement != NOT_PROVEN:
         line += f"; {placement}" + (f" ({detail})" if detail else "")
     # else: the placement concerns onnxruntime's provider of a runtime the user named on its own (the report keeps it)
     if record.get("chosen"):

@@ -99,7 +99,15 @@ class BackendPlan:
         params: tuple[object, ...] = ()
         if entry.rewrite == "constant-inputs":
             params = (tuple(int(i) for i in entry.when.get("literal_inputs", ())), self.profile.name)
-        return Pick(entry.rewrite, params, keep_if_refused=keep)
+        return Pick(entry.rewrite, params, keep_if_refused=keep, remedy=self.fallback_remedy)
+
+    @property
+    def fallback_remedy(self) -> str | None:
+        """What a refused form's line ends with: ``--allow-fallback`` where the runtime has a fallback, else None."""
+        from lowerer.backends.profile import FALLBACK_RUNTIMES
+        from lowerer.core.remedies import FALLBACK
+
+        return FALLBACK if self.profile.runtime in FALLBACK_RUNTIMES else None
 
     def _keep(self, entry: Entry, version: int, name: str) -> Callable[[onnx.NodeProto, Scope, ConversionError], bool]:
         def keep(node: onnx.NodeProto, scope: Scope, refused: ConversionError) -> bool:

@@ -48,11 +48,16 @@ from lowerer.core.errors import InputError
 if TYPE_CHECKING:
     from lowerer.facts import Facts
 
-__all__ = ["BACKENDS", "REWRITES", "DomainSupport", "Entry", "Profile", "aliases_of", "backend_names", "load_profile",
-           "load_rows"]
+__all__ = ["BACKENDS", "FALLBACK_RUNTIMES", "REWRITES", "DomainSupport", "Entry", "Profile", "aliases_of",
+           "backend_names", "load_profile", "load_rows"]
 
 #: The backends that ship a profile, by canonical name.
 BACKENDS = ("cpu", "cuda", "dml", "tensorrt", "openvino", "coreml", "qnn", "webgpu", "webnn", "rknn", "winml")
+#: The runtimes (a profile's ``runtime``) that hand a node their kernels refuse to another provider, so that
+#: ``--allow-fallback`` keeps a model running: onnxruntime's providers, TensorRT as onnxruntime's TensorRT
+#: provider (tensorrt.json: "Nodes TensorRT rejects go to the next provider"), Windows ML (onnxruntime's, with
+#: DirectML and the CPU). OpenVINO and rknn-toolkit2 on their own load the whole model or refuse it.
+FALLBACK_RUNTIMES = frozenset({"onnxruntime", "tensorrt", "winml"})
 #: Other names of backends: ``onnxruntime`` is its default (CPU) provider, with onnxruntime's versions.
 _ALIASES = {"directml": "dml", "trt": "tensorrt", "nvidia-tensorrt": "tensorrt", "ov": "openvino",
             "onnxruntime": "cpu", "ort": "cpu", "windowsml": "winml", "rknpu": "rknn"}

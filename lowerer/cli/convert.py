@@ -118,7 +118,7 @@ def _convert_and_write(source: InputModel, plan: OutputPlan, options: ConvertOpt
             if plan.report is not None:
                 refused = _refusal_report(e, source_opset, options)
                 write_outputs(plan, None, refused.to_json(command=command))
-                e.args = (f"{e.args[0]}; the report (each node that cannot be converted) is in {plan.report}",)
+                e.in_full = str(plan.report)
             raise
         except LowererError as e:  # the input's or an option's refusal, found in the work
             if plan.report is not None:

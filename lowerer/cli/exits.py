@@ -14,9 +14,9 @@ from typing import Any, NoReturn
 
 import click
 
-from lowerer.core.errors import LowererError, one_line
+from lowerer.core.errors import ConversionError, LowererError, one_line
 
-__all__ = ["EXIT_BROKEN_PIPE", "EXIT_INTERNAL", "exit_on_broken_pipe", "fail", "guard"]
+__all__ = ["ERROR_PREFIX", "EXIT_BROKEN_PIPE", "EXIT_INTERNAL", "exit_on_broken_pipe", "fail", "guard"]
 
 #: Exit code of a bug in lowerer (0, 1 and 2 come from LowererError.exit_code and click).
 EXIT_INTERNAL = 3
@@ -30,7 +30,7 @@ def fail(message: str, code: int) -> NoReturn:
     import contextlib
 
     with contextlib.suppress(OSError, ValueError):  # stderr closed: the exit code still tells
-        click.echo(f"lowerer: error: {one_line(message)}", err=True)
+        click.echo(f"{ERROR_PREFIX}{one_line(message)}", err=True)
     sys.exit(code)
 
 
@@ -45,6 +45,8 @@ def guard(fn: Callable[..., None]) -> Callable[..., None]:
             sys.stdout.flush()  # a closed pipe shows here, while we can still exit quietly
         except BrokenPipeError:
             exit_on_broken_pipe()
+        except ConversionError as e:
+            fail(_refusal(e), e.exit_code)
         except LowererError as e:
             fail(str(e), e.exit_code)
         except (click.exceptions.Exit, click.ClickException, SystemExit):
@@ -58,6 +60,24 @@ def guard(fn: Callable[..., None]) -> Callable[..., None]:
                  "rerun with -v -v for the traceback", EXIT_INTERNAL)
 
     return wrapper
+
+
+#: What comes before a message on an error line.
+ERROR_PREFIX = "lowerer: error: "
+
+
+def _refusal(error: ConversionError) -> str:
+    """A refusal's line: whole when it fits in the line, else shortened, saying where the full text is."""
+    from lowerer.core.remedies import REFUSAL_LINE_MAX, refusal_line
+
+    room = REFUSAL_LINE_MAX - len(ERROR_PREFIX)
+    message = str(error)
+    if error.in_full is None:
+        return refusal_line(message, room)
+    where = f"in full: {error.in_full}"
+    if len(message) + len(where) + 3 <= room:
+        return f"{message} ({where})"
+    return refusal_line(message, room, where)
 
 
 def exit_on_broken_pipe() -> NoReturn:

@@ -54,7 +54,6 @@ def inspect(input_path: Path, reach: bool, **values: Any) -> None:
     exit convert would have.
     """
     from lowerer.cli.inspection import inspect_model
-    from lowerer.core.errors import ConversionError
 
     as_json, conversion = OutputArgs.take(values)["as_json"], ConversionArgs.take(values)
     if conversion["allow_fallback"] and conversion["for_backend"] is None:
@@ -71,14 +70,13 @@ def inspect(input_path: Path, reach: bool, **values: Any) -> None:
     else:
         _print_text(input_path, info)
     if refused:
-        raise ConversionError(f"would refuse: {refused}")
+        raise _would_refuse(refused, as_json)
 
 
 def _inspect_backend(input_path: Path, conversion: dict[str, Any], as_json: bool) -> None:
     """``inspect --for``: the table of what lowerer would do, then convert's refusal (exit 2) when it would refuse."""
     from lowerer.backends.lowering import backend_table
     from lowerer.cli.inspection import inspect_backend
-    from lowerer.core.errors import ConversionError
 
     found = inspect_backend(input_path, conversion["for_backend"], target_opset=conversion["target_opset"],
                             decompose=conversion["decompose"], allow_fallback=bool(conversion["allow_fallback"]),
@@ -102,7 +100,21 @@ def _inspect_backend(input_path: Path, conversion: dict[str, Any], as_json: bool
             for line in _group_lines(plan["groups"]):
                 click.echo(line)
     if refused:
-        raise ConversionError(f"would refuse: {refused}")
+        raise _would_refuse(refused, as_json)
+
+
+def _would_refuse(refused: str, as_json: bool) -> Exception:
+    """The refusal ``convert`` would give: printed in full (text output; JSON holds it), then as the error line."""
+    from lowerer.cli.exits import ERROR_PREFIX
+    from lowerer.core.errors import ConversionError
+    from lowerer.core.remedies import REFUSAL_LINE_MAX, refusal_line
+
+    prefix = "would refuse: "
+    short = refusal_line(refused, REFUSAL_LINE_MAX - len(ERROR_PREFIX) - len(prefix),
+                         "in full: the JSON's refused" if as_json else "in full above")
+    if short != refused and not as_json:
+        click.echo(f"convert would refuse: {refused}")
+    return ConversionError(prefix + short)
 
 
 def _shape(dims: list[int | str | None] | None) -> str:

@@ -149,9 +149,11 @@ class _QuietBackendPass:
 
     def __call__(self, state: Any) -> None:
         from lowerer.backends.lowering import finish
+        from lowerer.passes import converts_for_backend
 
         if state.plan is not None:
-            finish(state.model, state.plan, state.report, warn=False)
+            finish(state.model, state.plan, state.report, warn=False,
+                   converts_at=lambda opset: converts_for_backend(state, opset))
 
 
 def _dry_run(source: InputModel, options: ConvertOptions) -> tuple[Report | None, str | None]:

@@ -83,16 +83,18 @@ def _short_number(text: str) -> str:
 
 
 def informational_warning(report: Report) -> str | None:
-    """One line summing up differences that were recorded but not judged (NaN inputs), or None."""
+    """One line summing up differences that were recorded but not judged (NaN inputs), or None.
+
+    Only rewrites a NaN input can reach count (:attr:`Report.nan_unreached` leaves the others out).
+    """
     found: list[str] = []
     count = 0
     for r in report.rewrites:
-        nan = r.details.get("nan") if isinstance(r.details, Mapping) else None
-        if not isinstance(nan, str) or "recorded, not judged" not in nan:
+        if not r.nan_differs or (r.scope, r.node) in report.nan_unreached:
             continue
         count += 1
         if len(found) < 3:
-            m = _VALUES.search(nan)
+            m = _VALUES.search(r.details["nan"])
             values = f": original {_short_number(m.group(1))}, replacement {_short_number(m.group(2))}" if m else ""
             found.append(f"{r.node} ({r.op_type}{values})")
     if not count:

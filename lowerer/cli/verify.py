@@ -20,7 +20,7 @@ if TYPE_CHECKING:
     import onnx
 
     from lowerer.verification.propagated import ModelBudget
-    from lowerer.verification.whole import ModelCheckOptions, ModelComparison
+    from lowerer.verification.whole import ModelCheckOptions, ModelComparison, ModelSource
 
 __all__ = ["verify"]
 
@@ -83,15 +83,15 @@ def verify(first_path: Path, second_path: Path, **values: Any) -> None:
         click.echo(f"judged by: {judged_by}")
     progress = TerminalProgress()
     try:
-        result = compare_models(ModelSource(first, first_path.parent.resolve(), names[0]),
-                                ModelSource(second, second_path.parent.resolve(), names[1]),
+        source = ModelSource(first, first_path.parent.resolve(), names[0])
+        result = compare_models(source, ModelSource(second, second_path.parent.resolve(), names[1]),
                                 options=options, providers=split_list(verification["providers"]), seed=seed,
                                 progress=progress if progress.enabled else None)
     finally:
         progress.close()
     if report_path is not None:
         write_report(report_path, result, first, second)
-    _print_and_judge(result, options, names, seed)
+    _print_and_judge(result, options, source, names, seed)
 
 
 def _budget(first: onnx.ModelProto, second: onnx.ModelProto, paths: tuple[Path, Path], budget_from: Path | None,
@@ -146,7 +146,8 @@ def write_report(path: Path, result: ModelComparison, first: onnx.ModelProto, se
         tx.commit()
 
 
-def _print_and_judge(result: ModelComparison, options: ModelCheckOptions, names: tuple[str, str], seed: int) -> None:
+def _print_and_judge(result: ModelComparison, options: ModelCheckOptions, first: ModelSource, names: tuple[str, str],
+                     seed: int) -> None:
     """Print the comparison (unless ``-q``) and raise unless the outputs are equal.
 
     Raises:
@@ -154,6 +155,8 @@ def _print_and_judge(result: ModelComparison, options: ModelCheckOptions, names:
         VerificationError: an output differs, or the comparison could not run (unless allowed).
     """
     from lowerer.core.errors import InputError, VerificationError
+    from lowerer.core.remedies import ALLOW_UNVERIFIED
+    from lowerer.verification.whole import not_run_remedy
 
     level = verbosity()
     if level >= 0 and result.outputs:
@@ -171,8 +174,9 @@ def _print_and_judge(result: ModelComparison, options: ModelCheckOptions, names:
         raise VerificationError(result.reason)
     if result.status == "not-run":
         if not options.allow_unverified:
-            raise VerificationError(f"the comparison could not run: {result.reason} (--allow-unverified makes "
-                                    "this a warning)")
+            remedy = not_run_remedy(result, options, first)
+            remedy = " (--allow-unverified makes this a warning)" if remedy == ALLOW_UNVERIFIED else f"; {remedy}"
+            raise VerificationError(f"the comparison could not run: {result.reason}{remedy}")
         logging.getLogger("lowerer").warning("the comparison could not run: %s", result.reason)
         return
     if level >= 0:

@@ -80,6 +80,8 @@ class ConversionError(LowererError):
         refused: every node of the model the conversion walk could not convert (node, op_type,
             version, scope, refusal), the first being this error's; empty when the refusal is not a
             node's (or came from elsewhere).
+        in_full: where the full text is when a command prints the refusal shortened (the report's path),
+            or None (see :func:`lowerer.core.remedies.refusal_line`).
     """
 
     def __init__(self, message: str, *, node: object = None, scope: str | None = None) -> None:
@@ -87,6 +89,7 @@ class ConversionError(LowererError):
         self.node = node
         self.scope = scope
         self.refused: list[dict[str, Any]] = []
+        self.in_full: str | None = None
 
 
 class VerificationError(LowererError):

@@ -16,6 +16,7 @@ __all__ = [
     "ADD_SHAPES",
     "ADD_SHAPES_STATIC",
     "ADD_TYPES",
+    "ALLOW_UNVERIFIED",
     "FALLBACK",
     "FOLD_FIRST",
     "MAKE_CONSTANT",
@@ -24,6 +25,7 @@ __all__ = [
     "REMEDY",
     "ends_with_remedy",
     "for_static_inputs",
+    "generated_shapes_remedy",
     "inputs_static",
     "last_clause",
     "reach_clause",
@@ -51,6 +53,23 @@ MAKE_CONSTANT_STATIC = ("it is not a constant although the model's input shapes 
                         f"input data, or by ops lowerer does not fold: {FOLD_FIRST})")
 #: What keeps a node a backend profile names but no exact form replaces (``--for``).
 FALLBACK = "--allow-fallback (API: allow_fallback=True) keeps it for onnxruntime's fallback"
+
+#: What lets a whole-model check that cannot run pass: when nothing about the inputs would make it run.
+ALLOW_UNVERIFIED = "allow that with --allow-unverified (API: allow_unverified=True)"
+
+
+def generated_shapes_remedy(inputs: dict[str, tuple[int | str, ...]]) -> str:
+    """The remedy for a model that ran on none of the generated inputs, whose dynamic dims were generated.
+
+    ``inputs``: each input whose dims lowerer bound (to 1, then 2), with its dims (a str: a dynamic
+    dim's name). The sizes it needs are the model's: ``--input-shapes`` gives them, ``--load-inputs``
+    gives real inputs.
+    """
+    shown = [f"{name}:{'x'.join(str(d) for d in dims)}" for name, dims in list(inputs.items())[:2]]
+    example = " ".join(f"--input-shapes {s}" for s in shown) + (" ..." if len(inputs) > 2 else "")
+    return (f"its dynamic dims were generated as 1, then 2: give sizes it takes with {example} (names replaced "
+            "by sizes; API: ModelCheckOptions.input_shapes) or real inputs with --load-inputs IN.npz")
+
 
 #: Phrasings of a remedy (searched for in a message's last clause, case-insensitive).
 REMEDY = re.compile(
@@ -118,3 +137,100 @@ def with_reach(message: str, source: int, target: int, reached: int) -> str:
     if own and re.search(rf"\b{reached}\b", last) and "opset" in last:
         return message
     return f"{message}; {clause}"
+
+
+#: The longest refusal line a command prints (``lowerer: error:`` included): the full text is in the report
+#: (``--report``) and in ``lowerer inspect``.
+REFUSAL_LINE_MAX = 200
+#: Where a shortened refusal's full text is.
+IN_FULL = "in full: --report, inspect"
+_MORE_NODES = re.compile(r" \(and (\d+) more (nodes?) that cannot be converted: [^()]*\)$")
+#: The room a shortened line keeps for the reason's start before the remedy's (half of it at least, or none).
+_AT_LEAST = 30
+#: An option a remedy names, with its number (``--target-opset 15``, ``--fold-dequantize``).
+_OPTION = re.compile(r"--[a-z][a-z-]*(?: \d+)?")
+#: :func:`reach_clause`'s words, and their short form's (group 1: lowest/highest, group 2: the opset).
+_SHORT_REACH = re.compile(r"the (lowest|highest) opset (?:this node can be taken to|for this node) is (\d+)")
+#: The main graph's scope in a node's label (the short line leaves it out).
+_IN_GRAPH = re.compile(r"\(([A-Za-z0-9_]+-\d+), in graph\)")
+
+
+def _clauses(text: str) -> list[str]:
+    """``text`` split at ``"; "`` outside parentheses."""
+    parts, depth, start = [], 0, 0
+    for i, c in enumerate(text):
+        depth += (c == "(") - (c == ")")
+        if depth == 0 and text.startswith("; ", i):
+            parts.append(text[start:i])
+            start = i + 2
+    parts.append(text[start:])
+    return parts
+
+
+def _without_parentheticals(text: str) -> str:
+    """``text`` without its parenthesized asides (nested ones included)."""
+    out, depth = [], 0
+    for c in text:
+        if c == "(":
+            depth += 1
+        elif c == ")" and depth:
+            depth -= 1
+        elif depth == 0:
+            out.append(c)
+    return re.sub(r"\s+([,;:])", r"\1", re.sub(r" {2,}", " ", "".join(out))).strip()
+
+
+def _cut(text: str, room: int) -> str:
+    """``text`` in at most ``room`` characters, cut at a space (never mid-word), ``…`` marking the cut."""
+    if len(text) <= room:
+        return text
+    head = text[:max(room - 1, 0)]
+    cut = head.rsplit(" ", 1)[0] if " " in head else ""
+    return cut.rstrip(",;: ") + "…" if cut else ""
+
+
+def refusal_line(message: str, room: int, pointer: str = IN_FULL) -> str:
+    """A refusal ``message`` as the line a command prints, in at most ``room`` characters.
+
+    A message that fits is kept whole. Otherwise: the node, its op and versions (the text before the
+    first ``": "``), the first clause of the reason without its asides, the remedy (the last clause,
+    see :func:`ends_with_remedy`, without its asides), how many more nodes refuse, and where the full
+    text is (``pointer``); a reason or remedy that still does not fit is cut at a space.
+    """
+    if len(message) <= room:
+        return message
+    more_match = _MORE_NODES.search(message)
+    body = message[:more_match.start()] if more_match else message
+    more = f"; {more_match.group(1)} more {more_match.group(2)} refused" if more_match else ""
+    head, _, reason = body.partition(": ") if body.startswith("node ") else ("", "", body)
+    clauses = _clauses(reason)
+    first = _without_parentheticals(clauses[0])
+    lead = _IN_GRAPH.sub(r"(\1)", head) + ": " if head else ""
+    tail = f"{more} ({pointer})" if pointer else more
+    free = room - len(lead) - len(tail)
+    remedy = _remedy(clauses[1:], free - _AT_LEAST // 2 - 2)
+    if len(first) + len(remedy) + 2 > free:  # the remedy whole where it fits, the reason's start in the rest
+        if len(remedy) + 2 > free:  # a remedy that fits stays whole; the reason's start takes what is left
+            options = list(dict.fromkeys(_OPTION.findall(remedy)))
+            # the options it names, at least, whole; else the remedy's start beside the reason's
+            remedy = f"try {' or '.join(options)}" if options else _cut(remedy, free - min(len(first), _AT_LEAST) - 2)
+        left = free - (len(remedy) + 2 if remedy else 0)
+        first = _cut(first, left) if left >= _AT_LEAST // 2 else ""
+    line = lead + "; ".join(p for p in (first, remedy) if p) + tail
+    return line if len(line) <= room else _cut(line, room)
+
+
+def _remedy(clauses: list[str], room: int) -> str:
+    """The remedy of a shortened line: the last one or two clauses that say what would work, without asides.
+
+    Both where they fit in ``room`` (an option and the opset the node reaches, say); else the one that
+    names an option (``--fold-dequantize``), else the last.
+    """
+    found = [_SHORT_REACH.sub(r"\1 opset it converts to: \2", _without_parentheticals(c))
+             for c in clauses[-2:] if REMEDY.search(c)]
+    if not found or not REMEDY.search(clauses[-1]):
+        return ""
+    joined = "; ".join(found)
+    if len(joined) <= room or len(found) == 1:
+        return joined
+    return next((c for c in found if "--" in c), found[-1])

@@ -155,6 +155,12 @@ class Rewrite:
         return [c for c in self.crossings if c.loop]
 
     @property
+    def nan_differs(self) -> bool:
+        """Whether the check recorded a NaN input on which the replacement computes differently (not judged)."""
+        nan = self.details.get("nan")
+        return isinstance(nan, str) and "recorded, not judged" in nan
+
+    @property
     def change(self) -> str:
         """The rewrite in plain words: the op, its versions and how (``ScatterND 18 -> 13 as a Loop over updates``)."""
         return f"{self.op_type} {self.from_version} -> {self.to_opset} {change_words(self)}"
@@ -306,6 +312,10 @@ class Report:
     model_budget: dict[str, Any] | None = None
     #: The nodes a refused conversion could not convert: node, op, version, scope and refusal of each.
     refused: list[dict[str, Any]] | None = None
+    #: The rewrites (scope, node) whose NaN handling differs (:attr:`Rewrite.nan_differs`) that no float
+    #: graph input reaches: a NaN input cannot get there, so the terminal's NaN note leaves them out
+    #: (their ``details.nan`` keeps the difference).
+    nan_unreached: set[tuple[str, str]] = field(default_factory=set, repr=False, metadata={INTERNAL: True})
 
     def __iter__(self) -> Iterator[Rewrite]:
         return iter(self.rewrites)
@@ -337,10 +347,12 @@ class Report:
                  "to_opset": r.to_opset, "form": c.loop, "trips": c.trips, "keep": c.start}
                 for r in self.rewrites for c in r.loops[:1]]
 
-    def loop_warning(self) -> str | None:
+    def loop_warning(self, no_keep: str | None = None) -> str | None:
         """One line naming the nodes written as a loop over their data (:meth:`loops`), or None when none is.
 
         What the loop costs is measured in ``benchmarks/loop_forms.py`` (the README's lowering list states it).
+        ``no_keep``: why no target opset keeps the nodes' own forms on the runtime named (``--for``), said
+        instead of the opset that keeps them; None: that opset is said.
         """
         loops = self.loops()
         if not loops:
@@ -353,9 +365,10 @@ class Report:
         more = f" and {len(loops) - _LOOPS_SHOWN} more" if len(loops) > _LOOPS_SHOWN else ""
         count = len(loops)
         keep = max(entry["keep"] for entry in loops)
+        kept = (no_keep if no_keep is not None else f"a target opset >= {keep} keeps {'them' if count != 1 else 'it'}"
+                f" as {'they are' if count != 1 else 'it is'}")
         return (f"{count} node{'s' if count != 1 else ''} became {form}, far slower than the op ({LOOP_COST}): "
-                f"{', '.join(shown)}{more}; a target opset >= {keep} keeps {'them' if count != 1 else 'it'} as "
-                f"{'they are' if count != 1 else 'it is'}, and --no-loops (API: no_loops=True) refuses such forms")
+                f"{', '.join(shown)}{more}; {kept}, and --no-loops (API: no_loops=True) refuses such forms")
 
     def summary(self) -> dict[str, Any]:
         """Counts of rewrites by rule and by verification status, and what was done to the whole model."""

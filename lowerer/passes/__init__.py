@@ -51,7 +51,7 @@ if TYPE_CHECKING:
     from lowerer.model_io.input_check import InputCheck
     from lowerer.verification.observed import ObservedSource
 
-__all__ = ["PIPELINE", "Pass", "State", "run_passes"]
+__all__ = ["PIPELINE", "Pass", "State", "converts_for_backend", "run_passes"]
 
 logger = logging.getLogger(__name__)
 
@@ -218,7 +218,31 @@ class BackendPass(Pass):
         from lowerer.backends.lowering import finish
 
         assert state.plan is not None
-        finish(state.model, state.plan, state.report)
+        finish(state.model, state.plan, state.report, converts_at=lambda opset: converts_for_backend(state, opset))
+
+
+def converts_for_backend(state: State, opset: int) -> bool:
+    """Whether ``state.model`` converts to ``opset`` for its backend, nothing the profile names left (unverified).
+
+    A refusal's remedy (:func:`lowerer.backends.lowering.backend_remedy`) asks this of the opset below
+    the op-versions a profile names: one more walk, on a copy, only when the conversion is refused.
+    """
+    from lowerer.backends.lowering import finish
+    from lowerer.backends.plan import BackendPlan
+    from lowerer.core.errors import ConversionError, InputError
+    from lowerer.passes.pipeline import run_pipeline
+
+    assert state.plan is not None
+    trial = onnx.ModelProto()
+    trial.CopyFrom(state.model)
+    plan = BackendPlan(state.plan.profile)
+    try:
+        report = run_pipeline(trial, target_opset=opset, request=state.options.request, picker=plan.pick,
+                              picked_ops=plan.picked_ops)
+        finish(trial, plan, report, warn=False)
+    except (ConversionError, InputError):
+        return False
+    return True
 
 
 class CleanupPass(Pass):

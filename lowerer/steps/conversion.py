@@ -49,11 +49,14 @@ class Pick:
         params: what the form's rule is built with (a profile entry's literal input positions ...).
         keep_if_refused: called with the refusal when the form cannot make the node; True keeps the node
             as it is (a backend fallback the caller allowed), False lets the refusal stand.
+        remedy: what the refusal ends with when the form cannot make the node (an option that works
+            for the backend; None: nothing is added).
     """
 
     form: str
     params: tuple[object, ...] = ()
     keep_if_refused: Callable[[onnx.NodeProto, Scope, ConversionError], bool] | None = None
+    remedy: str | None = None
 
 
 #: Given a default-domain node at the target, its scope, its since-version and the facts: a :class:`Pick` or None.

@@ -165,8 +165,8 @@ class Emitter:
         if self.no_loops:
             count = f"{trips} iterations" if trips is not None else "one iteration per update"
             self.refuse(f"below opset {keep} it becomes {form} ({count}: {why}), and --no-loops (API: "
-                        f"no_loops=True) refuses such forms; choose a target opset >= {keep}, where "
-                        f"{self.node.op_type} keeps its own form, or convert without --no-loops to accept the loop")
+                        f"no_loops=True) refuses such forms; choose a target opset >= {keep} (where "
+                        f"{self.node.op_type} keeps its own form) or convert without --no-loops (to accept the loop)")
         self.looped = True
         self.loop_trips = trips
 

@@ -276,8 +276,6 @@ class StepEngine:
     def _with_remedy(self, e: ConversionError, node: onnx.NodeProto, scope: Scope, source: int,
                      target: int) -> ConversionError:
         """``e`` ending with the opset closest to ``target`` that ``node`` converts to (see :mod:`.remedies`)."""
-        if source == target and self.picked_ops and not remedies.ends_with_remedy(str(e)):
-            return ConversionError(f"{e}; {remedies.FALLBACK}", node=e.node, scope=e.scope)  # a backend form
         if source == target or node.domain not in ("", "ai.onnx") or since_version(node.op_type, source) is None:
             return e  # not a node of the default domain at its own opset: no opset helps
         reached = self.reach(node, scope, source, target)
@@ -345,7 +343,9 @@ class StepEngine:
             return self._apply(resolution, node, scope, sv, target, facts, conversion, depth, pick)
         except ConversionError as refused:
             if pick.keep_if_refused is None or not pick.keep_if_refused(node, scope, refused):
-                raise
+                if pick.remedy is None or remedies.ends_with_remedy(str(refused)):
+                    raise
+                raise ConversionError(f"{refused}; {pick.remedy}", node=refused.node, scope=refused.scope) from None
             del conversion.constants[kept_constants:]
             del conversion.crossings[kept_crossings:]
             return None

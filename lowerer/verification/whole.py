@@ -42,7 +42,8 @@ from lowerer.verification.propagated import ModelBudget
 from lowerer.verification.providers import CPU, select_providers
 from lowerer.verification.runner import OrtEngine, SessionMaker, ort_can_exchange
 
-__all__ = ["ModelCheckOptions", "ModelComparison", "ModelSource", "compare_models", "tolerance_hint", "verify_models"]
+__all__ = ["ModelCheckOptions", "ModelComparison", "ModelSource", "compare_models", "not_run_remedy", "tolerance_hint",
+           "verify_models"]
 
 logger = logging.getLogger(__name__)
 
@@ -478,7 +479,26 @@ def verify_models(original: ModelSource, converted: ModelSource, *, options: Mod
         raise VerificationError(f"{what} failed: {result.reason}")
     if result.status == "not-run":
         if not opts.allow_unverified:
-            raise VerificationError(f"{what} could not run: {result.reason}; nothing was verified as a whole "
-                                    "(allow that with --allow-unverified / allow_unverified=True)")
+            raise VerificationError(f"{what} could not run: {result.reason}; nothing was verified as a whole; "
+                                    f"{not_run_remedy(result, opts, original)}")
         logger.warning("%s could not run: %s", what, result.reason)
     return result
+
+
+def not_run_remedy(result: ModelComparison, options: ModelCheckOptions, first: ModelSource) -> str:
+    """What would make a check that could not run (``result``) run, for the models in hand.
+
+    When ``first`` ran on none of the generated input sets and lowerer bound some of its dims (not
+    given by ``options.input_shapes``), the sizes are what to give (see
+    :func:`lowerer.core.remedies.generated_shapes_remedy`); otherwise nothing about the inputs would
+    help: ``--allow-unverified``.
+    """
+    from lowerer.core.remedies import ALLOW_UNVERIFIED, generated_shapes_remedy
+
+    specs = model_inputs(first.model)
+    if (options.load_inputs or isinstance(specs, str) or not result.details.get("not_run")
+            or not result.reason.startswith(f"{first.name} did not run on any input set")):
+        return ALLOW_UNVERIFIED
+    bound = {s.name: s.dims for s in specs
+             if s.name not in options.input_shapes and any(isinstance(d, str) for d in s.dims)}
+    return generated_shapes_remedy(bound) if bound else ALLOW_UNVERIFIED
