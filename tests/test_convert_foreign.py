@@ -77,7 +77,10 @@ def test_foreign_ops_ride_along(src: int, target: int) -> None:
     check_model_full(model)
     converted = lowerer.convert(model, target_opset=target, verify=False).model
     check_model_full(converted)
-    assert {o.domain: o.version for o in converted.opset_import} == {"": target, "custom.fn": 1, "ai.onnx.ml": 3}
+    # ai.onnx.ml is imported but no node uses it: dropped (keep_imports keeps it)
+    assert {o.domain: o.version for o in converted.opset_import} == {"": target, "custom.fn": 1}
+    kept = lowerer.convert(model, target_opset=target, verify=False, keep_imports=True).model
+    assert {o.domain: o.version for o in kept.opset_import} == {"": target, "custom.fn": 1, "ai.onnx.ml": 3}
     assert [(f.domain, f.name) for f in converted.functions] == [("custom.fn", "G")]
     assert {o.domain: o.version for o in converted.functions[0].opset_import} == {"": target}
     ops = [n.op_type for n in converted.graph.node]
