@@ -327,8 +327,11 @@ def _check_cli(args: list[str], out_dir: Path, what: str) -> None:
     assert len(lines) == 1 and lines[0].startswith("lowerer: error:"), f"{what}: {result.stderr}"
     assert "internal error" not in lines[0], f"{what}: {lines[0]}"
     assert "Traceback" not in result.output
-    if result.exit_code == 2 and what == "convert":
-        assert _listing(out_dir) == before, f"{what}: files written on failure"
+    if result.exit_code == 2 and what == "convert":  # the report asked for is written for a model that was read
+        def written(listing: dict[str, bytes]) -> dict[str, bytes]:
+            return {k: v for k, v in listing.items() if k != "r.json"}
+
+        assert written(_listing(out_dir)) == written(before), f"{what}: files written on failure"
 
 
 def _convert_api(model: onnx.ModelProto | str, target: int, what: str) -> None:

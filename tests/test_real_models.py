@@ -75,9 +75,6 @@ EXPECTED_REFUSALS: dict[tuple[str, int], str] = {
     # Bilinear Resize with half-pixel coordinates: Resize-10/Upsample map x to x / scale only.
     ("unet.dynamo.opset20.onnx", 9): "Resize-19",
     ("unet.dynamo.opset23.onnx", 9): "Resize-19",
-    # Reshape to a run-time shape whose 0 (an empty sequence) would copy another dim below Reshape-14,
-    # guarded by an If that If-1 cannot hold (branch shapes differ): Attention's grouped K/V, below 11.
-    ("decoder.dynamo.opset23.onnx", 9): "Attention-23",
     # GridSample below 11: its lowering needs GatherElements and Round (opset 11).
     ("spatial_transformer.dynamo.opset20.onnx", 9): "GridSample-20",
     ("spatial_transformer.dynamo.opset23.onnx", 9): "GridSample-22",
