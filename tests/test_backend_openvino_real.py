@@ -5,7 +5,8 @@ naming no Python that has it). Where it does:
 
 * ``lowerer.convert(M, for_backend="openvino")`` for the example model and one real fixture per
   architecture (the fastest of each): the conversion exits 0 and its deployment check ran on the
-  installed OpenVINO and matched onnxruntime CPU on the original (``status == "equal"``), or the
+  installed OpenVINO and matched onnxruntime CPU on the original (``status == "equal"``), or differed as
+  the original does there at a node the report lists as a departure (``departs-as-original``), or the
   profile refuses a node in one line naming it;
 * the probe suite (:func:`lowerer.cli.probes.run_probes`, onnx's node cases left out) on the installed
   OpenVINO: every probe it computes wrongly is one the profile does not leave in place: converting it
@@ -51,7 +52,9 @@ def test_for_openvino_runs_there_or_refuses_in_one_line(path: str) -> None:
         assert "\n" not in text and text.startswith("node ") and "openvino cannot run it" in text, text
         return
     deployment = result.report.backend["deployment"]
-    assert deployment["status"] == "equal", deployment
+    # departs-as-original: a node of the model OpenVINO computes differently (TopK's ties), kept and said
+    assert deployment["status"] == "equal" or (deployment["status"] == "departs-as-original"
+                                               and result.report.backend["departures"]), deployment
     assert WITNESS is not None and WITNESS.version in deployment["reason"]
 
 
@@ -71,6 +74,7 @@ def test_no_wrong_probe_is_left_in_place() -> None:
             converted = lowerer.convert(by_name[result.name].model, for_backend="openvino")
         except ConversionError:
             continue
-        if converted.report.backend["deployment"]["status"] != "equal":
+        status = converted.report.backend["deployment"]["status"]
+        if status != "equal" and not (status == "departs-as-original" and converted.report.backend["departures"]):
             kept_wrong.append((result.name, converted.report.backend["deployment"]))
     assert not kept_wrong, kept_wrong
