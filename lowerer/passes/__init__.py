@@ -43,7 +43,7 @@ import onnx
 
 from lowerer.core.errors import VerificationError
 from lowerer.core.report import Report, Rewrite
-from lowerer.model_io import HeldWeights
+from lowerer.model_io.reading import HeldWeights
 from lowerer.passes.options import ConvertOptions
 
 if TYPE_CHECKING:

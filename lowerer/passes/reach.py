@@ -25,8 +25,9 @@ from lowerer.core.errors import ConversionError
 from lowerer.core.opsets import MAX_OPSET, MIN_OPSET, default_opset
 from lowerer.model_io.scopes import Scope, has_subgraphs, iter_scopes
 from lowerer.passes.options import request_for
-from lowerer.passes.pipeline import ConversionWalk, refuse_unshaped_scan_body
+from lowerer.passes.pipeline import ConversionWalk
 from lowerer.passes.runtime_gate import check_rewrite_opens
+from lowerer.passes.scan_shapes import refuse_unshaped_scan_body
 
 __all__ = ["NodeReach", "limit", "search_outwards"]
 

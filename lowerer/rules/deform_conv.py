@@ -44,8 +44,8 @@ import numpy as np
 import onnx
 
 from lowerer.core.remedies import ADD_SHAPES
+from lowerer.steps.attributes import attribute_value
 from lowerer.steps.emitter import Emitter, attr
-from lowerer.steps.generic import attribute_value
 from lowerer.steps.registry import lowering
 
 __all__ = ["deform_conv_19"]

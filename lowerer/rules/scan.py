@@ -29,9 +29,9 @@ import onnx
 
 from lowerer.core.opsets import since_version
 from lowerer.facts.body_shapes import body_input_types
+from lowerer.steps.attributes import attribute, attribute_value
 from lowerer.steps.changes import Step
 from lowerer.steps.emitter import Emitter
-from lowerer.steps.generic import attribute, attribute_value
 from lowerer.steps.registry import DOWN, UP, adapter, history, lowering, made_rewrite
 
 __all__ = ["loop_from_scan", "scan_8_9", "scan_9_8", "scan_as_loop"]

@@ -36,8 +36,8 @@ import onnx
 
 from lowerer.rules.backend_forms import SelectLastIndexForm
 from lowerer.rules.hardmax_decomposition import HardmaxDecomposition
-from lowerer.steps import generic
 from lowerer.steps.emitter import Emitter, Rule, attr, normalize_axis
+from lowerer.steps.signature import formal_types
 
 __all__ = ["ArgTopKForm", "HardmaxTopKForm", "ShapeSliceForm", "first_extremum_topk"]
 
@@ -54,7 +54,7 @@ def _type_name(elem: int) -> str:
 @functools.lru_cache(maxsize=64)
 def _takes(op: str, opset: int) -> frozenset[int]:
     """The element types ``op``'s first input takes at ``opset`` (from its schema)."""
-    allowed = generic.formal_types(op, opset)[0][0][0]
+    allowed = formal_types(op, opset)[0][0][0]
     return frozenset(v for v in T.DataType.values() if f"tensor({_type_name(v)})" in allowed)
 
 

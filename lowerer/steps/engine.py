@@ -54,10 +54,12 @@ from lowerer.steps.registry import (
     next_step,
     step_ends,
 )
+from lowerer.steps.signature import formal_types
 from lowerer.steps.stamping import MAX_PER_KEY, NamesMade, Pattern, Recorder, record, static_key
 from lowerer.steps.table import steps_between
 
-__all__ = ["Conversion", "Pick", "Picker", "StepEngine", "first_version", "refuse_attribute_references"]
+# "Pick": imported from here by lowerer/backends/plan.py until that import names lowerer.steps.conversion
+__all__ = ["Pick", "StepEngine"]
 
 logger = logging.getLogger(__name__)
 
@@ -70,8 +72,8 @@ _MAX_PICK_DEPTH = 4
 
 def _types_only_widen(op: str, previous: int, version: int) -> bool:
     """Whether every formal parameter of ``op`` accepts at ``version`` all it accepted at ``previous``."""
-    before = generic.formal_types(op, previous)
-    after = generic.formal_types(op, version)
+    before = formal_types(op, previous)
+    after = formal_types(op, version)
     for old, new in zip((*before[0], *before[1]), (*after[0], *after[1]), strict=False):
         if not old[0] <= new[0]:
             return False

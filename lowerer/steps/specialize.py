@@ -37,7 +37,7 @@ from onnx import helper, numpy_helper
 from lowerer.core.opsets import since_version
 from lowerer.facts import reference
 from lowerer.facts.body_shapes import body_input_types
-from lowerer.facts.shapes import value_type
+from lowerer.facts.value_types import value_type
 from lowerer.model_io.scopes import has_subgraphs, node_graphs
 from lowerer.steps.emitter import Emitter
 

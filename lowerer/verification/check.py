@@ -24,7 +24,6 @@ from lowerer.model_io.scopes import MAIN_GRAPH
 from lowerer.verification import blame
 from lowerer.verification.canon import Canon as _Canon
 from lowerer.verification.canon import canon_of
-from lowerer.verification.compare import ARITHMETIC_OPS
 from lowerer.verification.inputs import bind_shapes, min_rank_for, set_kinds
 from lowerer.verification.models import small_model
 from lowerer.verification.narrowing import narrowing_problem
@@ -37,13 +36,12 @@ from lowerer.verification.specs import (
     element_sets,
     input_specs,
     invalid_graph,
-    strict_check,
     structure_problem,
 )
 from lowerer.verification.trial import Trial, run_shapes
 from lowerer.verification.worker import KNOWN_ABORTS, VerificationWorker, aborts_on
 
-__all__ = ["ARITHMETIC_OPS", "CheckResult", "RewriteVerifier", "canon_of", "strict_check"]
+__all__ = ["Progress", "RewriteVerifier"]
 
 Progress = Callable[[int, int], None]
 

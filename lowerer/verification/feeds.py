@@ -16,7 +16,7 @@ that only move values) are generated inside the range the data allows: ``0 .. si
 indexed dim, where that size is static (or bound by the generated shapes).
 
 The inputs' specs and the options' parsing live in :mod:`.graph_inputs`, the index-like inputs in
-:mod:`.index_inputs`; their public names are importable from here too.
+:mod:`.index_inputs`.
 """
 
 from __future__ import annotations
@@ -47,19 +47,18 @@ from lowerer.verification.graph_inputs import (
     parse_value_range,
     type_name,
 )
-from lowerer.verification.index_inputs import IndexUse, find_index_uses, index_range
+from lowerer.verification.index_inputs import find_index_uses, index_range
 from lowerer.verification.inputs import generate
 
+# FeedSet, merge_specs, model_inputs, parse_input_shapes, parse_value_range: imported from here by
+# lowerer/backends/deployment.py and lowerer/cli/groups.py until those imports name lowerer.verification.graph_inputs
 __all__ = [
     "FeedSet",
-    "IndexUse",
-    "InputSpec",
-    "find_index_uses",
     "generate_sets",
     "load_sets",
-    "model_sets",
     "merge_specs",
     "model_inputs",
+    "model_sets",
     "parse_input_shapes",
     "parse_value_range",
     "recorded",
