@@ -288,13 +288,6 @@ class Rule(abc.ABC):
     #: same attributes: it stays as it is (only the opset import changes), which is no rewrite.
     same_meaning: ClassVar[frozenset[tuple[int, int]]] = frozenset()
 
-    def wants(self, node: onnx.NodeProto, source_version: int, target_opset: int, decompose: frozenset[str]) -> bool:
-        """Whether the node needs this rule (cheap; no shape information)."""
-        if self.decomposition is not None:
-            return self.decomposition in decompose
-        target_version = since_version(node.op_type, target_opset)
-        return target_version != source_version and (source_version, target_version) not in self.same_meaning
-
     @abc.abstractmethod
     def rewrite(self, em: Emitter) -> None:
         """Emit the replacement of ``em.node`` into ``em`` (or refuse through ``em.refuse``)."""
