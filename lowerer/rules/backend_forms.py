@@ -25,7 +25,7 @@ import onnx
 from lowerer.core.errors import ConversionError
 from lowerer.model_io.naming import node_label
 from lowerer.rules.argmax import ArgExtremumRule
-from lowerer.rules.hardmax import CoercedAxisRule, read_semantics
+from lowerer.rules.hardmax import CoercedAxisRule, read_axis_meaning
 from lowerer.steps.emitter import Emitter, Rule, attr, normalize_axis
 
 __all__ = ["ConstantInputsForm", "IsNaNEqualForm", "LastAxisForm", "SelectLastIndexForm"]
@@ -90,7 +90,7 @@ class LastAxisForm(CoercedAxisRule):
         """Emit the last-axis form of ``em.node``."""
         node = em.node
         x = node.input[0]
-        meaning = read_semantics(node, em.source_version)
+        meaning = read_axis_meaning(node, em.source_version)
         target = em.version_of(node.op_type)
         assert target is not None
         if target < 13 <= em.source_version:

@@ -197,7 +197,7 @@ def _count(em: Emitter, table: str) -> str:
     return em.op("Gather", [em.op("Shape", [table]), em.const(np.array(0, dtype=np.int64), "rows")], axis=0)
 
 
-#: The slower form the reduction adapters may write (:attr:`lowerer.steps.registry.Entry.loop_form`).
+#: The slower form the reduction adapters may write (:attr:`lowerer.steps.registry.RegistryEntry.loop_form`).
 LOOP_OVER_UPDATES = "a Loop over updates"
 
 

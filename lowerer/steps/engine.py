@@ -47,8 +47,8 @@ from lowerer.steps.registry import (
     DOWN,
     NO_REQUEST,
     UP,
-    Entry,
     Registry,
+    RegistryEntry,
     Request,
     Resolution,
     next_step,
@@ -472,7 +472,7 @@ class StepEngine:
         conversion.crossings.append(Crossing("expansion", "function-expansion", node.op_type, sv, None, opset, why))
         return self._onwards(em.nodes, scope, opset, target, facts, conversion, depth)
 
-    def _lower(self, entry: Entry, node: onnx.NodeProto, scope: Scope, sv: int, target: int, facts: Facts,
+    def _lower(self, entry: RegistryEntry, node: onnx.NodeProto, scope: Scope, sv: int, target: int, facts: Facts,
                conversion: Conversion, why: str, depth: int) -> list[onnx.NodeProto]:
         """``node`` written by its registered lowering at its own since-version, then taken on to ``target``."""
         refuse_attribute_references(node, scope, f"{node.op_type}-{sv}", target)

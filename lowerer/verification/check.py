@@ -41,13 +41,14 @@ from lowerer.verification.specs import (
 from lowerer.verification.trial import Trial, run_shapes
 from lowerer.verification.worker import KNOWN_ABORTS, VerificationWorker, aborts_on
 
-__all__ = ["Progress", "RewriteVerifier"]
+__all__ = ["CheckCounter", "RewriteVerifier"]
 
-Progress = Callable[[int, int], None]
+#: Called with (rewrites seen, distinct checks run) after each rewrite.
+CheckCounter = Callable[[int, int], None]
 
 
 class RewriteVerifier:
-    """The :data:`lowerer.passes.pipeline.Verifier`: checks each rewrite, reusing results of identical ones.
+    """The :data:`lowerer.passes.walk.Verifier`: checks each rewrite, reusing results of identical ones.
 
     Args:
         providers: execution providers (see :func:`~lowerer.verification.providers.select_providers`).
@@ -55,7 +56,7 @@ class RewriteVerifier:
         progress: called with (rewrites seen, distinct checks run) after each rewrite.
     """
 
-    def __init__(self, providers: Sequence[str] | None = None, seed: int = 0, progress: Progress | None = None,
+    def __init__(self, providers: Sequence[str] | None = None, seed: int = 0, progress: CheckCounter | None = None,
                  max_ulp: int | None = None, exact: bool = False) -> None:
         self.providers = select_providers(providers)
         self.seed = seed

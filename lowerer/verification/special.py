@@ -44,10 +44,11 @@ import onnx
 from lowerer.facts.reference import np_dtype
 from lowerer.verification.sampling import SAMPLED, sampling_edges
 
-__all__ = ["KINDS", "MAX_SETS", "constructed"]
+__all__ = ["CONSTRUCTED_KINDS", "MAX_SETS", "constructed"]
 
 #: The kinds of constructed sets (judged like the seeded kinds).
-KINDS = frozenset({"positions", "planes", "all-inf", "duplicates", "cast-edges", "signed-zeros", "sampling-edges"})
+CONSTRUCTED_KINDS = frozenset({"positions", "planes", "all-inf", "duplicates", "cast-edges", "signed-zeros",
+                               "sampling-edges"})
 #: The most constructed sets per input shape.
 MAX_SETS = 16
 
