@@ -21,8 +21,9 @@ from __future__ import annotations
 import onnx
 
 from lowerer.facts.body_shapes import infer_outputs, same_shape, shape_text, stated_dims
+from lowerer.model_io.node_attributes import attribute_value
 from lowerer.steps import generic
-from lowerer.steps.attributes import attribute_value, copy_of, set_attribute
+from lowerer.steps.attributes import copy_of, set_attribute
 from lowerer.steps.changes import Semantics, Step
 from lowerer.steps.emitter import Emitter
 from lowerer.steps.registry import DOWN, UP, adapter

@@ -33,7 +33,7 @@ import numpy as np
 import onnx
 
 from lowerer.core.remedies import ADD_SHAPES
-from lowerer.steps.attributes import attribute_value
+from lowerer.model_io.node_attributes import attribute_value
 from lowerer.steps.emitter import Emitter
 from lowerer.steps.registry import lowering
 

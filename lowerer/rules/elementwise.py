@@ -23,8 +23,9 @@ import numpy as np
 import onnx
 
 from lowerer.facts.reference import np_dtype
+from lowerer.model_io.node_attributes import attribute_value
 from lowerer.steps import generic
-from lowerer.steps.attributes import attribute_value, copy_of, remove_attribute
+from lowerer.steps.attributes import copy_of, remove_attribute
 from lowerer.steps.changes import AttrRemoved, OptionalInput, Semantics, Step
 from lowerer.steps.emitter import Emitter
 from lowerer.steps.registry import DOWN, UP, adapter

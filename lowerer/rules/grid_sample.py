@@ -38,8 +38,9 @@ import numpy as np
 import onnx
 
 from lowerer.core.remedies import ADD_SHAPES
+from lowerer.model_io.node_attributes import attribute_value
 from lowerer.steps import generic
-from lowerer.steps.attributes import attribute_value, copy_of, set_attribute
+from lowerer.steps.attributes import copy_of, set_attribute
 from lowerer.steps.changes import Semantics, Step
 from lowerer.steps.emitter import Emitter
 from lowerer.steps.registry import DOWN, UP, adapter, lowering

@@ -16,7 +16,8 @@ from dataclasses import dataclass
 
 import onnx
 
-from lowerer.steps.emitter import Emitter, Rule, attr, normalize_axis
+from lowerer.model_io.node_attributes import int_attribute
+from lowerer.steps.emitter import Emitter, Rule, normalize_axis
 
 __all__ = ["AxisMeaning", "CoercedAxisRule", "read_axis_meaning"]
 
@@ -37,7 +38,7 @@ class AxisMeaning:
 def read_axis_meaning(node: onnx.NodeProto, source_version: int) -> AxisMeaning:
     """The meaning of ``node`` at its source since-version."""
     flatten = source_version < 13
-    axis = attr(node, "axis", 1 if flatten else -1)
+    axis = int_attribute(node, "axis", 1 if flatten else -1)
     assert axis is not None
     return AxisMeaning(flatten, axis)
 

@@ -29,7 +29,7 @@ import onnx
 
 from lowerer.core.opsets import since_version
 from lowerer.facts.body_shapes import body_input_types
-from lowerer.steps.attributes import attribute, attribute_value
+from lowerer.model_io.node_attributes import attribute, attribute_value
 from lowerer.steps.changes import Step
 from lowerer.steps.emitter import Emitter
 from lowerer.steps.registry import DOWN, UP, adapter, history, lowering, made_rewrite

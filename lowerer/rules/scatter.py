@@ -33,8 +33,9 @@ import numpy as np
 import onnx
 from onnx import helper
 
+from lowerer.model_io.node_attributes import attribute_value
 from lowerer.steps import generic
-from lowerer.steps.attributes import attribute_value, copy_of
+from lowerer.steps.attributes import copy_of
 from lowerer.steps.changes import Semantics, Step
 from lowerer.steps.emitter import Emitter, normalize_axis
 from lowerer.steps.registry import DOWN, UP, adapter

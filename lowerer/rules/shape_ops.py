@@ -19,8 +19,9 @@ from __future__ import annotations
 import numpy as np
 import onnx
 
+from lowerer.model_io.node_attributes import attribute_value
 from lowerer.steps import generic
-from lowerer.steps.attributes import attribute_value, copy_of, remove_attribute, set_attribute
+from lowerer.steps.attributes import copy_of, remove_attribute, set_attribute
 from lowerer.steps.changes import AttrAdded, InputAdded, Semantics, Step
 from lowerer.steps.emitter import Emitter
 from lowerer.steps.registry import DOWN, UP, adapter

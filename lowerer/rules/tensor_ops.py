@@ -18,8 +18,9 @@ from onnx import numpy_helper
 
 from lowerer.facts.constants import constant_node_value
 from lowerer.facts.reference import np_dtype
+from lowerer.model_io.node_attributes import attribute_value
 from lowerer.steps import generic
-from lowerer.steps.attributes import attribute_value, copy_of, remove_attribute, set_attribute
+from lowerer.steps.attributes import copy_of, remove_attribute, set_attribute
 from lowerer.steps.changes import AttrAdded, NegativeValues, Semantics, Step, Types
 from lowerer.steps.emitter import Emitter
 from lowerer.steps.registry import DOWN, UP, adapter

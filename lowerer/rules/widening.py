@@ -17,8 +17,9 @@ from __future__ import annotations
 import numpy as np
 import onnx
 
+from lowerer.model_io.node_attributes import attribute_value
 from lowerer.steps import generic
-from lowerer.steps.attributes import attribute_value, copy_of
+from lowerer.steps.attributes import copy_of
 from lowerer.steps.changes import Step
 from lowerer.steps.emitter import Emitter
 from lowerer.steps.registry import DOWN, adapter

@@ -19,15 +19,7 @@ if TYPE_CHECKING:
     from lowerer.model_io.naming import NameGenerator
     from lowerer.model_io.scopes import Scope
 
-__all__ = ["Emitter", "Rule", "attr", "normalize_axis"]
-
-
-def attr(node: onnx.NodeProto, name: str, default: int | None = None) -> int | None:
-    """The value of an int attribute, or ``default`` when absent."""
-    for a in node.attribute:
-        if a.name == name:
-            return int(a.i)
-    return default
+__all__ = ["Emitter", "Rule", "normalize_axis"]
 
 
 def _attribute(key: str, value: object) -> onnx.AttributeProto:

@@ -17,13 +17,8 @@ import onnx
 from lowerer.core.remedies import ADD_SHAPES, ADD_TYPES, MAKE_CONSTANT
 from lowerer.facts.reference import np_dtype
 from lowerer.model_io.naming import NameGenerator
-from lowerer.steps.attributes import (
-    attribute,
-    attribute_value,
-    is_neutral,
-    remove_attribute,
-    set_attribute,
-)
+from lowerer.model_io.node_attributes import attribute, attribute_value
+from lowerer.steps.attributes import is_neutral, remove_attribute, set_attribute
 from lowerer.steps.changes import (
     AttrAdded,
     AttrRemoved,
