@@ -18,8 +18,8 @@ from lowerer.core.report import Report
 if TYPE_CHECKING:
     import onnx_ir as ir
 
-    from lowerer.model_io import HeldWeights
     from lowerer.model_io.input_check import InputCheck
+    from lowerer.model_io.reading import HeldWeights
     from lowerer.passes import State
     from lowerer.passes.options import ConvertOptions
     from lowerer.verification.whole import ModelCheckOptions
@@ -104,9 +104,9 @@ def convert(
         model: an ``onnx.ModelProto`` (not modified), an ``onnx_ir.Model`` (not modified), anything
             holding one in ``.model`` (a ``torch.onnx.ONNXProgram``; torch is not imported), the
             path of an .onnx file (external data stays unloaded; paths are checked), or a model
-            already read with :func:`lowerer.model_io.load_input` (whose ``model`` is then converted in
-            place). Each goes through the same checks
-            (:func:`lowerer.model_io.structure.check_structure`, :func:`lowerer.model_io.check_external_data`).
+            already read with :func:`lowerer.model_io.reading.load_input` (whose ``model`` is then converted
+            in place). Each goes through the same checks (:func:`lowerer.model_io.structure.check_structure`,
+            :func:`lowerer.model_io.external_data.check_external_data`).
         target_opset: the default-domain opset to convert to; None keeps the model's.
         decompose: decompositions to apply, a list of names or a comma-separated string,
             case-insensitive: ``hardmax`` and ``globalmaxpool`` (lowerer's exact decompositions), ``all``
@@ -259,10 +259,11 @@ def _working_copy(model: object, whole: bool
     The checks: the input's, running beside the conversion (:mod:`lowerer.model_io.input_check`), or None.
 
     ``whole``: a pass needs the whole model in memory (a large in-memory model is then refused when
-    it cannot be given whole; see :func:`lowerer.model_io.working_copy`).
+    it cannot be given whole; see :func:`lowerer.model_io.reading.working_copy`).
     """
-    from lowerer.model_io import HeldWeights, InputModel, check_external_data, load_input, working_copy
+    from lowerer.model_io.external_data import check_external_data
     from lowerer.model_io.input_check import BESIDE_FROM, InputCheck
+    from lowerer.model_io.reading import HeldWeights, InputModel, load_input, working_copy
     from lowerer.model_io.structure import check_structure
 
     if isinstance(model, (str, os.PathLike, InputModel)):

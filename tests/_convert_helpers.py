@@ -287,12 +287,6 @@ def check_model_full(model: onnx.ModelProto) -> None:
     onnx.checker.check_model(model, full_check=True)
 
 
-def outputs_by_name(model: onnx.ModelProto, results: list[list[np.ndarray]]) -> list[dict[str, np.ndarray]]:
-    """Per-run dicts of graph output name -> value."""
-    names = [o.name for o in model.graph.output]
-    return [dict(zip(names, r, strict=True)) for r in results]
-
-
 def hidden_rank_model(node: onnx.NodeProto, opset: int, elem: int = TensorProto.FLOAT,
                       out_elem: int | None = None, extra_opsets: Sequence[tuple[str, int]] = ()) -> onnx.ModelProto:
     """A *valid* model where ``node``'s input ``h`` has unknown rank (onnx's checker wants shapes on

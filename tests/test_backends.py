@@ -20,9 +20,8 @@ from click.testing import CliRunner
 from onnx import TensorProto, helper, numpy_helper
 
 import lowerer
-from lowerer.backends import BACKENDS, load_profile
 from lowerer.backends.plan import scan
-from lowerer.backends.profile import REWRITES, VersionRange, parse_profile
+from lowerer.backends.profile import BACKENDS, REWRITES, VersionRange, load_profile, parse_profile
 from lowerer.backends.proof import NOT_PROVEN, PROVEN
 from lowerer.cli import main
 from lowerer.core.errors import ConversionError, InputError

@@ -136,7 +136,7 @@ def test_verify_model_compares_every_output(monkeypatch: pytest.MonkeyPatch) -> 
 
 def test_the_deployment_comparison_compares_every_output() -> None:
     from lowerer.backends import deployment
-    from lowerer.verification.feeds import FeedSet
+    from lowerer.verification.graph_inputs import FeedSet
 
     model = _two_outputs()
     sets = [FeedSet("normal (x: float32[2,3,4])", {"x": np.ones((2, 3, 4), np.float32)})]

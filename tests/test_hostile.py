@@ -38,6 +38,7 @@ import lowerer.rules as rules
 from lowerer import model_io
 from lowerer.cli import main
 from lowerer.core.errors import InputError, one_line
+from lowerer.model_io import reading
 from lowerer.model_io.files import Transaction
 
 F = TensorProto.FLOAT
@@ -245,7 +246,7 @@ def test_3_every_reference_outside_the_folder_is_refused_unopened(tmp_path: Path
 
         monkeypatch.setattr(os, name, spy)
     with pytest.raises(InputError, match="escapes the model's directory"):
-        model_io.load_model(path)
+        reading.load_model(path)
     monkeypatch.undo()
     assert touched  # the spy saw the loader's calls
     assert not [p for p in touched if os.path.normpath(os.path.join(os.getcwd(), p)).startswith(str(outside))]
@@ -317,7 +318,7 @@ def test_6_7_offsets_and_lengths_strict_and_within_the_file(tmp_path: Path, offs
 def test_6_ranges_checked_in_every_kind_of_reference(tmp_path: Path, kind: str) -> None:
     path = _build(tmp_path, kind, "w.bin", offset="64", file_bytes=100)
     with pytest.raises(InputError, match="past the end of the file"):
-        model_io.load_model(path)
+        reading.load_model(path)
 
 
 def test_6_twelve_tensors_claiming_one_file_load_without_reading_it(tmp_path: Path) -> None:
@@ -329,7 +330,7 @@ def test_6_twelve_tensors_claiming_one_file_load_without_reading_it(tmp_path: Pa
     d.mkdir()
     (d / "big.bin").write_bytes(b"\0" * 96)
     (d / "m.onnx").write_bytes(model.SerializeToString())
-    loaded = model_io.load_input(d / "m.onnx")
+    loaded = reading.load_input(d / "m.onnx")
     assert loaded.data_files == {"big.bin": d / "big.bin"}
     assert all(n.attribute[0].sparse_tensor.values.data_location == TensorProto.EXTERNAL for n in
                loaded.model.graph.node[:12])

@@ -15,7 +15,7 @@ from onnx import TensorProto, helper, numpy_helper
 
 import lowerer
 from lowerer.core.errors import InputError
-from lowerer.model_io import HELD_LOCATION, working_copy
+from lowerer.model_io.reading import HELD_LOCATION, working_copy
 
 F = TensorProto.FLOAT
 ROOT = Path(__file__).resolve().parent.parent

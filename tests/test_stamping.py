@@ -21,7 +21,8 @@ from onnx import helper
 
 import lowerer
 from lowerer.core.errors import LowererError
-from lowerer.steps.engine import Conversion, StepEngine
+from lowerer.steps.conversion import Conversion
+from lowerer.steps.engine import StepEngine
 from lowerer.steps.stamping import canonical
 
 REAL = Path(__file__).parent / "fixtures" / "real"

@@ -15,10 +15,9 @@ from click.testing import CliRunner
 from onnx import TensorProto, helper, numpy_helper
 
 import lowerer
-from lowerer.backends import BACKENDS, load_profile
 from lowerer.backends.loads import parse_loads
 from lowerer.backends.plan import scan
-from lowerer.backends.profile import load_rows
+from lowerer.backends.profile import BACKENDS, load_profile, load_rows
 from lowerer.cli import main
 from lowerer.core.errors import ConversionError, InputError
 from lowerer.core.opsets import since_version

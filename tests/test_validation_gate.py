@@ -1,6 +1,6 @@
 """The output gate: checks in proportion to the change, and one policy for what onnxruntime cannot load.
 
-Each guarantee the composition argument of :func:`lowerer.passes.validation.validate_output` relies on
+Each guarantee the composition argument of :func:`lowerer.passes.checker_gate.validate_output` relies on
 is tested here against onnx's own checker or onnxruntime (the oracles), not against lowerer's
 answers: value_info that contradicts the graph, an attribute the target schema lacks, a
 replacement whose output types differ from the original's; and the onnxruntime policy (an
@@ -22,7 +22,7 @@ import lowerer
 from lowerer.cli import main
 from lowerer.core.errors import ConversionError, InputError
 from lowerer.core.report import Crossing, Rewrite
-from lowerer.passes.validation import NodeGate, RewriteChecker
+from lowerer.passes.checker_gate import NodeGate, RewriteChecker
 
 
 def _model(nodes: list[onnx.NodeProto], inputs: list[tuple[str, int, list[int]]],
@@ -186,7 +186,7 @@ def test_a_file_input_converts_by_composition_to_a_model_passing_the_full_check(
 
 def test_the_plain_checker_runs_on_the_output_unless_the_input_passed_it() -> None:
     from lowerer.core.report import Report
-    from lowerer.passes.validation import validate_output
+    from lowerer.passes.checker_gate import validate_output
 
     broken = _model([helper.make_node("Relu", ["missing"], ["y"])], [("x", TensorProto.FLOAT, [2])],
                     [("y", TensorProto.FLOAT, [2])], 13)  # reads a value nothing defines
@@ -198,7 +198,7 @@ def test_the_plain_checker_runs_on_the_output_unless_the_input_passed_it() -> No
 
 def test_an_ir_version_older_than_the_opsets_need_is_refused() -> None:
     from lowerer.core.report import Report
-    from lowerer.passes.validation import validate_output
+    from lowerer.passes.checker_gate import validate_output
 
     model = _model([helper.make_node("Relu", ["x"], ["y"])], [("x", TensorProto.FLOAT, [2])],
                    [("y", TensorProto.FLOAT, [2])], 21)

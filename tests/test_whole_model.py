@@ -23,7 +23,9 @@ import lowerer
 from lowerer.cli import main
 from lowerer.core.errors import InputError
 from lowerer.verification.compare import Tolerance, compare, statistics
-from lowerer.verification.feeds import find_index_uses, load_sets, model_inputs
+from lowerer.verification.feeds import load_sets
+from lowerer.verification.graph_inputs import model_inputs
+from lowerer.verification.index_inputs import find_index_uses
 from lowerer.verification.whole import ModelCheckOptions, ModelSource, compare_models
 
 

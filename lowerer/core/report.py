@@ -58,7 +58,7 @@ class Crossing:
         budgeted: its float arithmetic may round differently from the original op's kernel (a function
             body, a budgeted lowering): judged by the expansion's ulp budget.
         loop: the loop over the node's data it wrote (``a Loop over updates``: the entry's
-            :attr:`~lowerer.steps.registry.Entry.loop_form`, a slower cost class than the op), or "".
+            :attr:`~lowerer.steps.registry.RegistryEntry.loop_form`, a slower cost class than the op), or "".
         trips: that loop's trip count where static, else None.
     """
 

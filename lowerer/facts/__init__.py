@@ -23,7 +23,8 @@ import onnx.shape_inference
 from lowerer.core.opsets import since_version
 from lowerer.facts.constants import ConstantIndex, ShapeEntry, node_shape_entries
 from lowerer.facts.made_shapes import made_symbols
-from lowerer.facts.shapes import ShapeIndex, ValueType, type_proto, type_string, value_type
+from lowerer.facts.shapes import ShapeIndex
+from lowerer.facts.value_types import ValueType, type_proto, type_string, value_type
 from lowerer.model_io.scopes import Scope, has_subgraphs
 
 __all__ = ["Facts", "checked_type"]

@@ -15,6 +15,7 @@ from collections.abc import Callable
 import numpy as np
 import onnx
 
+from lowerer.model_io.node_attributes import int_attribute
 from lowerer.model_io.scopes import Scope
 from lowerer.model_io.tensor_data import read_array
 
@@ -183,8 +184,8 @@ class ConstantIndex:
             if dims is None or None in dims:
                 return None
             full = np.array(dims, dtype=np.int64)
-            start = next((a.i for a in node.attribute if a.name == "start"), 0)
-            end = next((a.i for a in node.attribute if a.name == "end"), None)
+            start = int_attribute(node, "start", 0)
+            end = int_attribute(node, "end", None)
             return full[slice(start, end)]
         inputs: list[np.ndarray | None] = []
         for i in node.input:
@@ -244,8 +245,8 @@ def node_shape_entries(node: onnx.NodeProto, rank_of: Callable[[str], int | None
         rank = rank_of(node.input[0])
         if rank is None:
             return None
-        start = next((a.i for a in node.attribute if a.name == "start"), 0)
-        end = next((a.i for a in node.attribute if a.name == "end"), rank)
+        start = int_attribute(node, "start", 0)
+        end = int_attribute(node, "end", rank)
         dims: list[ShapeEntry] = [(str(node.input[0]), i) for i in range(rank)]
         return dims[slice(start, end)]
     if op in ("Identity", "Cast", "Unsqueeze", "Squeeze", "Reshape"):

@@ -15,6 +15,7 @@ from collections.abc import Callable
 import onnx
 
 from lowerer.facts.constants import ShapeEntry
+from lowerer.model_io.node_attributes import int_attribute, ints_attribute
 
 __all__ = ["ELEMENTWISE", "REDUCTIONS", "made_symbols"]
 
@@ -101,7 +102,7 @@ def _transposed(node: onnx.NodeProto, rank: int, symbols_of: Callable[[str], Sym
     data = symbols_of(node.input[0])
     if data is None:
         return None
-    perm = next((list(a.ints) for a in node.attribute if a.name == "perm"), list(range(len(data)))[::-1])
+    perm = ints_attribute(node, "perm", list(range(len(data)))[::-1])
     return [data[p] for p in perm] if sorted(perm) == list(range(len(data))) else None
 
 
@@ -121,7 +122,7 @@ def _expanded(node: onnx.NodeProto, rank: int, symbols_of: Callable[[str], Symbo
 def _unsqueezed(node: onnx.NodeProto, rank: int, symbols_of: Callable[[str], Symbols | None],
                 entries_of: Callable[[str], list[ShapeEntry] | None]) -> Symbols | None:
     data = symbols_of(node.input[0])
-    found = next((list(a.ints) for a in node.attribute if a.name == "axes"), None)
+    found = ints_attribute(node, "axes", None)
     if found is None and len(node.input) > 1:
         entries = entries_of(node.input[1])
         found = None if entries is None or not all(isinstance(e, int) for e in entries) else \
@@ -135,12 +136,14 @@ def _unsqueezed(node: onnx.NodeProto, rank: int, symbols_of: Callable[[str], Sym
 
 def _slice_axes(node: onnx.NodeProto, entries_of: Callable[[str], list[ShapeEntry] | None]) -> list[int] | None:
     """The axes a Slice may change: its ``axes`` (attribute or constant input), else the first len(starts)."""
-    found: list[ShapeEntry] | None = next((list(a.ints) for a in node.attribute if a.name == "axes"), None)
+    stated = ints_attribute(node, "axes", None)
+    found: list[ShapeEntry] | None = None if stated is None else list(stated)
     if found is None and len(node.input) > 3 and node.input[3]:
         found = entries_of(node.input[3])
     elif found is None:
-        starts = next((list(a.ints) for a in node.attribute if a.name == "starts"), None)
-        starts = starts if starts is not None else entries_of(node.input[1]) if len(node.input) > 1 else None
+        stated_starts = ints_attribute(node, "starts", None)
+        starts = list(stated_starts) if stated_starts is not None else \
+            entries_of(node.input[1]) if len(node.input) > 1 else None
         found = None if starts is None else list(range(len(starts)))
     axes = [a for a in found or [] if isinstance(a, int)]
     return axes if found is not None and len(axes) == len(found) else None
@@ -155,7 +158,7 @@ def _along_axis(node: onnx.NodeProto, rank: int, symbols_of: Callable[[str], Sym
             return None
         sources = [node.input[0]]
     else:
-        changed = [next((int(a.i) for a in node.attribute if a.name == "axis"), 0)]
+        changed = [int_attribute(node, "axis", 0)]
         sources = [i for i in node.input if i] if node.op_type == "Concat" else [node.input[0]]
     axes = {a + rank if a < 0 else a for a in changed}
     named = [symbols_of(i) for i in sources]
@@ -174,7 +177,7 @@ def _gathered(node: onnx.NodeProto, rank: int, symbols_of: Callable[[str], Symbo
     data, indices = symbols_of(node.input[0]), symbols_of(node.input[1])
     if data is None or indices is None:
         return None
-    axis = next((int(a.i) for a in node.attribute if a.name == "axis"), 0)
+    axis = int_attribute(node, "axis", 0)
     axis = axis + len(data) if axis < 0 else axis
     return [*data[:axis], *indices, *data[axis + 1:]]
 

@@ -19,10 +19,10 @@ import onnx.numpy_helper
 import onnx.shape_inference
 
 from lowerer.facts.body_shapes import body_input_types, infer_graph
-from lowerer.facts.value_types import ValueType, type_proto, type_string, value_type
+from lowerer.facts.value_types import ValueType, type_string, value_type
 from lowerer.model_io.scopes import Scope, find_graph, function_key, has_subgraphs, iter_scopes
 
-__all__ = ["ShapeIndex", "ValueType", "type_proto", "type_string", "value_type"]
+__all__ = ["ShapeIndex"]
 
 logger = logging.getLogger(__name__)
 

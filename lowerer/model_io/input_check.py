@@ -2,7 +2,7 @@
 
 A model file is checked by onnx's checker, its tensors' data against their types
 (:func:`lowerer.model_io.structure.check_structure`), and onnx's strict shape and type inference (the
-composition argument of :func:`lowerer.passes.validation.validate_output` rests on it). None of it changes
+composition argument of :func:`lowerer.passes.checker_gate.validate_output` rests on it). None of it changes
 what the conversion does, so :class:`InputCheck` runs it in a worker forked once the model is
 parsed, from the model's bytes, while the conversion goes on; the conversion joins it
 (:meth:`InputCheck.finish`) before anything is written or returned, and a failing input ends in the

@@ -45,7 +45,7 @@ def _type_name(data_type: int) -> str:
 def tensor_problem(tensor: onnx.TensorProto) -> str | None:
     """What is wrong with ``tensor``'s type, dims or data, in one phrase; None when they agree.
 
-    External data is not looked at (see :func:`lowerer.model_io.check_external_data`); ``raw_data``
+    External data is not looked at (see :func:`lowerer.model_io.external_data.check_external_data`); ``raw_data``
     over :data:`RAW_DATA_CHECK_MAX_BYTES` is not measured.
     """
     if tensor.data_type not in _KNOWN_TYPES:

@@ -1,8 +1,8 @@
 """The named passes of a conversion, composed once in :data:`PIPELINE`, and the gates around them.
 
 The package owns the options every entry point checks (:mod:`.options`), the conversion walk
-(:mod:`.pipeline`, :mod:`.relabels`, :mod:`.scan_shapes`), the clean-up (:mod:`.cleanup`), the output's gates
-(:mod:`.validation`, :mod:`.runtime_gate`), ``--optimize`` (:mod:`.optimize`) and how far a model can go
+(:mod:`.walk`, :mod:`.relabels`, :mod:`.scan_shapes`), the clean-up (:mod:`.cleanup`), the output's gates
+(:mod:`.checker_gate`, :mod:`.runtime_gate`), ``--optimize`` (:mod:`.optimize`) and how far a model can go
 (:mod:`.reach`). It may import everything below the API (backends, rules, verification, steps, facts,
 model I/O, core), nothing above.
 
@@ -12,10 +12,10 @@ same passes, in this order, over one :class:`State`:
 0. ``imports``: a domain imported twice at one version becomes one import; imports of domains no node
    uses are dropped (unless ``keep_imports``) (:mod:`lowerer.model_io.imports`), each with a note;
 1. ``convert``: the one walk over every scope: version steps, decompositions and the backend forms a
-   profile picks (:mod:`lowerer.passes.pipeline`), each rewrite verified as it is made;
+   profile picks (:mod:`lowerer.passes.walk`), each rewrite verified as it is made;
 2. ``backend``: what the profile still names is refused or kept (``--allow-fallback``), and recorded;
 3. ``cleanup``: initializers and Constant nodes the rewrites left unread are removed;
-4. ``validate``: the output against its target's schemas and onnx's checker (:mod:`lowerer.passes.validation`);
+4. ``validate``: the output against its target's schemas and onnx's checker (:mod:`lowerer.passes.checker_gate`);
 5. ``verify-model``: the whole original and converted models run and compared (``verify_model``);
 6. ``optimize``: onnxscript's optimizer, and the comparison of its result (``optimize``);
 7. ``users-session``: the final model opened and run once with onnxruntime's default session options, as
@@ -43,7 +43,7 @@ import onnx
 
 from lowerer.core.errors import VerificationError
 from lowerer.core.report import Report, Rewrite
-from lowerer.model_io import HeldWeights
+from lowerer.model_io.reading import HeldWeights
 from lowerer.passes.options import ConvertOptions
 
 if TYPE_CHECKING:
@@ -160,14 +160,14 @@ class ConvertPass(Pass):
 
     def run(self, state: State) -> None:
         from lowerer.core.opsets import default_opset
-        from lowerer.passes.pipeline import run_pipeline
+        from lowerer.passes.walk import run_walk
 
         options = state.options
         plan = state.plan
         observing = False  # the walk is over: the rewrites left unverified are checked on observed values
         try:
             target, why = options.target_and_why(default_opset(state.model.opset_import), state.model)
-            report = run_pipeline(state.model, target_opset=target,
+            report = run_walk(state.model, target_opset=target,
                                   request=options.request, verifier=state.recording(), serialized=state.serialized,
                                   picker=plan.pick if plan is not None else None,
                                   picked_ops=plan.picked_ops if plan is not None else frozenset(),
@@ -277,7 +277,7 @@ class ValidatePass(Pass):
         return state.options.converts
 
     def run(self, state: State) -> None:
-        from lowerer.passes.validation import validate_output
+        from lowerer.passes.checker_gate import validate_output
 
         validate_output(state.model, state.serialized if state.serialized is not None else state.original,
                         state.report, state.report.target_opset, input_checked=state.input_checked)

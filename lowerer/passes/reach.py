@@ -10,7 +10,7 @@ skipped without looking at a node (as in a conversion), and of the other nodes o
 converted: the op, its since-version, its attributes, its inputs' types and constant values and which
 of its outputs are read; nodes alike in all of these are converted alike, and the refusal reported
 is that of a node of the model. The whole-model validation is not run: it refuses only lowerer's
-own gaps (see :mod:`lowerer.passes.validation`).
+own gaps (see :mod:`lowerer.passes.checker_gate`).
 """
 
 from __future__ import annotations
@@ -25,8 +25,9 @@ from lowerer.core.errors import ConversionError
 from lowerer.core.opsets import MAX_OPSET, MIN_OPSET, default_opset
 from lowerer.model_io.scopes import Scope, has_subgraphs, iter_scopes
 from lowerer.passes.options import request_for
-from lowerer.passes.pipeline import ConversionWalk, refuse_unshaped_scan_body
 from lowerer.passes.runtime_gate import check_rewrite_opens
+from lowerer.passes.scan_shapes import refuse_unshaped_scan_body
+from lowerer.passes.walk import ConversionWalk
 
 __all__ = ["NodeReach", "limit", "search_outwards"]
 

@@ -1,7 +1,7 @@
 """What onnxruntime can load of a converted model: one policy, whatever the model's size.
 
 The output already passed onnx's full check (or its composition, see
-:func:`lowerer.passes.validation.validate_output`); onnxruntime adds information only where the output
+:func:`lowerer.passes.checker_gate.validate_output`); onnxruntime adds information only where the output
 differs from the input, so it is asked per op-version and per rewrite pattern, never about the
 whole model:
 
@@ -11,7 +11,7 @@ whole model:
   conversion stands. Which ops the output holds is read from the input's bytes (a substring
   search) and the rewrites' emitted ops; a node is looked for in the model only on a hit.
 * each distinct rewrite pattern's replacement (the small model
-  :class:`lowerer.passes.validation.RewriteChecker` built, inputs typed as in the model) is opened in
+  :class:`lowerer.passes.checker_gate.RewriteChecker` built, inputs typed as in the model) is opened in
   onnxruntime. Refused while the pattern's original opens: the conversion is refused
   (ConversionError, a gap in lowerer: the emitted ops are lowerer's choice), whatever the reason,
   a missing kernel for the emitted types included. Neither opens: recorded as unverified.

@@ -2,8 +2,7 @@
 
 :func:`refuse_unshaped_scan_body` refuses taking a Scan from 14 or above to below 14 when its body
 has an output of no known shape (:func:`unshaped_scan_output`); :func:`scan_body_output_dims` infers
-a body's output dims on its own, as the conversion walk (:mod:`.pipeline`) states them.
-Importable from :mod:`lowerer.passes.pipeline` too.
+a body's output dims on its own, as the conversion walk (:mod:`.walk`) states them.
 """
 
 from __future__ import annotations

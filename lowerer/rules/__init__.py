@@ -59,9 +59,9 @@ from lowerer.rules.hardmax import CoercedAxisRule
 from lowerer.rules.hardmax_decomposition import HardmaxDecomposition
 from lowerer.rules.reduce_forms import ArgReduceForm, HardmaxReduceForm
 from lowerer.rules.topk_forms import ArgTopKForm, HardmaxTopKForm, ShapeSliceForm
-from lowerer.steps.registry import REGISTRY, Registry
+from lowerer.steps.registry import REGISTRY
 
-__all__ = ["REGISTRY", "Registry"]
+__all__ = ["REGISTRY"]
 
 REGISTRY.rule(ArgExtremumRule())
 REGISTRY.rule(CoercedAxisRule())

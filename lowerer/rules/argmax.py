@@ -17,7 +17,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from lowerer.steps.emitter import Emitter, Rule, attr, normalize_axis
+from lowerer.model_io.node_attributes import int_attribute
+from lowerer.steps.emitter import Emitter, Rule, normalize_axis
 
 __all__ = ["ArgExtremumRule"]
 
@@ -51,10 +52,10 @@ class ArgExtremumRule(Rule):
         """Emit the node for the target opset."""
         node = em.node
         x = node.input[0]
-        axis = attr(node, "axis", 0)
+        axis = int_attribute(node, "axis", 0)
         assert axis is not None
-        keepdims = attr(node, "keepdims", 1)
-        select_last = attr(node, "select_last_index", 0) if em.source_version >= 12 else 0
+        keepdims = int_attribute(node, "keepdims", 1)
+        select_last = int_attribute(node, "select_last_index", 0) if em.source_version >= 12 else 0
         target = em.version_of(node.op_type)
         assert target is not None  # ArgMax exists from opset 1
         if target < 13 <= em.source_version:

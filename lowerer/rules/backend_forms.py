@@ -24,9 +24,10 @@ import onnx
 
 from lowerer.core.errors import ConversionError
 from lowerer.model_io.naming import node_label
+from lowerer.model_io.node_attributes import int_attribute
 from lowerer.rules.argmax import ArgExtremumRule
-from lowerer.rules.hardmax import CoercedAxisRule, read_semantics
-from lowerer.steps.emitter import Emitter, Rule, attr, normalize_axis
+from lowerer.rules.hardmax import CoercedAxisRule, read_axis_meaning
+from lowerer.steps.emitter import Emitter, Rule, normalize_axis
 
 __all__ = ["ConstantInputsForm", "IsNaNEqualForm", "LastAxisForm", "SelectLastIndexForm"]
 
@@ -52,11 +53,11 @@ class SelectLastIndexForm(ArgExtremumRule):
         """Emit the emulation of ``select_last_index=1`` for ``em.node``."""
         node = em.node
         x = node.input[0]
-        select_last = attr(node, "select_last_index", 0) if em.source_version >= 12 else 0
+        select_last = int_attribute(node, "select_last_index", 0) if em.source_version >= 12 else 0
         if not select_last:
             super().rewrite(em)
             return
-        axis = attr(node, "axis", 0)
+        axis = int_attribute(node, "axis", 0)
         assert axis is not None
         target = em.version_of(node.op_type)
         assert target is not None
@@ -64,7 +65,7 @@ class SelectLastIndexForm(ArgExtremumRule):
             em.refuse_bfloat16(x)
         if axis < 0 and em.opset < 11:
             axis = normalize_axis(axis, em.require_rank(x, "to make the negative axis non-negative"))
-        self._emulate_select_last(em, x, axis, attr(node, "keepdims", 1))
+        self._emulate_select_last(em, x, axis, int_attribute(node, "keepdims", 1))
 
 
 class LastAxisForm(CoercedAxisRule):
@@ -90,7 +91,7 @@ class LastAxisForm(CoercedAxisRule):
         """Emit the last-axis form of ``em.node``."""
         node = em.node
         x = node.input[0]
-        meaning = read_semantics(node, em.source_version)
+        meaning = read_axis_meaning(node, em.source_version)
         target = em.version_of(node.op_type)
         assert target is not None
         if target < 13 <= em.source_version:

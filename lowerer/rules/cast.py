@@ -8,10 +8,11 @@ from __future__ import annotations
 
 import onnx
 
+from lowerer.model_io.node_attributes import attribute_value
 from lowerer.steps import generic
+from lowerer.steps.attributes import copy_of, set_attribute
 from lowerer.steps.changes import Semantics, Step
 from lowerer.steps.emitter import Emitter
-from lowerer.steps.generic import attribute_value, set_attribute
 from lowerer.steps.registry import DOWN, UP, adapter
 
 __all__ = ["cast_6_1", "cast_1_6"]
@@ -20,7 +21,7 @@ __all__ = ["cast_6_1", "cast_1_6"]
 @adapter("Cast", 6, DOWN)
 def cast_6_1(em: Emitter, step: Step, direction: str) -> None:
     """``to`` as the type's name."""
-    node = generic.copy_of(em.node)
+    node = copy_of(em.node)
     to = attribute_value(node, "to")
     if to is None:
         em.refuse("Cast without 'to'")
@@ -31,7 +32,7 @@ def cast_6_1(em: Emitter, step: Step, direction: str) -> None:
 @adapter("Cast", 6, UP)
 def cast_1_6(em: Emitter, step: Step, direction: str) -> None:
     """``to`` as the type's number."""
-    node = generic.copy_of(em.node)
+    node = copy_of(em.node)
     to = attribute_value(node, "to")
     if not isinstance(to, str) or to.upper() not in onnx.TensorProto.DataType.keys():  # noqa: SIM118
         em.refuse(f"Cast-1 'to'={to!r} names no ONNX data type")

@@ -21,10 +21,11 @@ from __future__ import annotations
 import onnx
 
 from lowerer.facts.body_shapes import infer_outputs, same_shape, shape_text, stated_dims
+from lowerer.model_io.node_attributes import attribute_value
 from lowerer.steps import generic
+from lowerer.steps.attributes import copy_of, set_attribute
 from lowerer.steps.changes import Semantics, Step
 from lowerer.steps.emitter import Emitter
-from lowerer.steps.generic import attribute_value, set_attribute
 from lowerer.steps.registry import DOWN, UP, adapter
 
 __all__ = ["if_11_1", "scan_11_9"]
@@ -56,7 +57,7 @@ def if_11_1(em: Emitter, step: Step, direction: str) -> None:
 @adapter("Scan", 11, DOWN)
 def scan_11_9(em: Emitter, step: Step, direction: str) -> None:
     """Negative scan axes made non-negative with the rank of each scan input and output."""
-    node = generic.copy_of(em.node)
+    node = copy_of(em.node)
     scan_inputs = int(attribute_value(node, "num_scan_inputs") or 0)  # type: ignore[call-overload]
     states = len(node.input) - scan_inputs
     scanned = (("scan_input_axes", list(node.input)[states:]), ("scan_output_axes", list(node.output)[states:]))

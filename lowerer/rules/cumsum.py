@@ -18,7 +18,8 @@ import numpy as np
 import onnx
 
 from lowerer.facts.reference import np_dtype
-from lowerer.steps.emitter import Emitter, attr, normalize_axis
+from lowerer.model_io.node_attributes import int_attribute
+from lowerer.steps.emitter import Emitter, normalize_axis
 from lowerer.steps.registry import lowering
 
 __all__ = ["MAX_UNROLLED", "cumprod", "cumsum"]
@@ -134,7 +135,7 @@ def _chain_along(em: Emitter, axis: int, size: int, output: str, combine: str, i
     """The chain along the non-negative constant ``axis`` (static ``size``), written to ``output``."""
     node = em.node
     x = node.input[0]
-    exclusive, reverse = bool(attr(node, "exclusive", 0)), bool(attr(node, "reverse", 0))
+    exclusive, reverse = bool(int_attribute(node, "exclusive", 0)), bool(int_attribute(node, "reverse", 0))
     if size == 0 or (size == 1 and not exclusive):
         em.op("Identity", [x], [output])
         return

@@ -44,8 +44,8 @@ import numpy as np
 import onnx
 
 from lowerer.core.remedies import ADD_SHAPES
-from lowerer.steps.emitter import Emitter, attr
-from lowerer.steps.generic import attribute_value
+from lowerer.model_io.node_attributes import attribute_value, int_attribute
+from lowerer.steps.emitter import Emitter
 from lowerer.steps.registry import lowering
 
 __all__ = ["deform_conv_19"]
@@ -109,7 +109,7 @@ def _pair(em: Emitter, name: str, length: int, default: int) -> tuple[int, ...]:
 
 def _count(em: Emitter, name: str) -> int:
     """Int attribute ``name`` (absent: 1)."""
-    value = attr(em.node, name)
+    value = int_attribute(em.node, name)
     return 1 if value is None else value
 
 

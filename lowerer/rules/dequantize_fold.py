@@ -28,7 +28,8 @@ import numpy as np
 import onnx
 from onnx import numpy_helper
 
-from lowerer.steps.emitter import Emitter, attr
+from lowerer.model_io.node_attributes import int_attribute
+from lowerer.steps.emitter import Emitter
 
 __all__ = ["KEPT_FROM", "REQUANTIZE", "fold_or_refuse", "folded"]
 
@@ -141,13 +142,13 @@ def fold_or_refuse(em: Emitter, why: str, fits: str = REQUANTIZE) -> None:
     x, scale = values[0], values[1]
     assert x is not None and scale is not None
     zero_point = values[2] if len(values) > 2 else None
-    output_dtype = attr(node, "output_dtype", 0) or 0
+    output_dtype = int_attribute(node, "output_dtype", 0) or 0
     scale_type = em.elem_type(inputs[1])
     if output_dtype and output_dtype != scale_type:
         em.refuse(f"{why}, and --fold-dequantize does not fold output_dtype {_name(output_dtype)} other than the "
                   f"scale's type; {fits}")
     value = folded(x, em.elem_type(inputs[0]) or 0, scale, scale_type or 0, zero_point,
-                   attr(node, "axis", 1) or 0, attr(node, "block_size", 0) or 0)
+                   int_attribute(node, "axis", 1) or 0, int_attribute(node, "block_size", 0) or 0)
     if isinstance(value, str):
         em.refuse(f"{why}, and --fold-dequantize cannot fold it: {value}; {fits}")
     if em.target >= KEPT_FROM:

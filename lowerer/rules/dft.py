@@ -12,9 +12,9 @@ import onnx
 
 from lowerer.rules.reduction import if_chain
 from lowerer.steps import generic
+from lowerer.steps.attributes import copy_of, set_attribute
 from lowerer.steps.changes import AttrToInput, Step
 from lowerer.steps.emitter import Emitter
-from lowerer.steps.generic import set_attribute
 from lowerer.steps.registry import DOWN, adapter
 
 __all__ = ["dft_20_17"]
@@ -38,7 +38,7 @@ def dft_20_17(em: Emitter, step: Step, direction: str) -> None:
 
     def branch(k: int) -> onnx.GraphProto:
         start = len(em.nodes)
-        made = generic.copy_of(node)
+        made = copy_of(node)
         del made.input[2:]
         while made.input and not made.input[-1]:  # an absent dft_length, now last
             made.input.pop()

@@ -33,8 +33,8 @@ import numpy as np
 import onnx
 
 from lowerer.core.remedies import ADD_SHAPES
+from lowerer.model_io.node_attributes import attribute_value
 from lowerer.steps.emitter import Emitter
-from lowerer.steps.generic import attribute_value
 from lowerer.steps.registry import lowering
 
 __all__ = ["Equation", "einsum", "parse_equation"]

@@ -23,10 +23,11 @@ import numpy as np
 import onnx
 
 from lowerer.facts.reference import np_dtype
+from lowerer.model_io.node_attributes import attribute_value
 from lowerer.steps import generic
+from lowerer.steps.attributes import copy_of, remove_attribute
 from lowerer.steps.changes import AttrRemoved, OptionalInput, Semantics, Step
 from lowerer.steps.emitter import Emitter
-from lowerer.steps.generic import attribute_value, remove_attribute
 from lowerer.steps.registry import DOWN, UP, adapter
 
 __all__ = ["arithmetic_14_13", "binary_legacy_broadcast_up", "equal_11_7", "gemm_11_9", "greater_less_9_7",
@@ -39,7 +40,7 @@ LEGACY_BROADCAST_OPS = ("Add", "Sub", "Mul", "Div", "Pow", "And", "Or", "Xor", "
 @adapter(LEGACY_BROADCAST_OPS, 7, UP)
 def binary_legacy_broadcast_up(em: Emitter, step: Step, direction: str) -> None:
     """``broadcast``/``axis`` → numpy broadcasting, with ``Unsqueeze`` where the alignment differs."""
-    node = generic.copy_of(em.node)
+    node = copy_of(em.node)
     broadcast = attribute_value(node, "broadcast")
     axis = attribute_value(node, "axis")
     remove_attribute(node, "broadcast")
@@ -62,7 +63,7 @@ def binary_legacy_broadcast_up(em: Emitter, step: Step, direction: str) -> None:
 @adapter("Gemm", 11, DOWN)
 def gemm_11_9(em: Emitter, step: Step, direction: str) -> None:
     """A missing C becomes a constant signed zero that adds nothing."""
-    node = generic.copy_of(em.node)
+    node = copy_of(em.node)
     if len(node.input) < 3 or not node.input[2]:
         elem = em.elem_type(node.input[0])
         if elem is None:

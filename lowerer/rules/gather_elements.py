@@ -14,7 +14,8 @@ from __future__ import annotations
 import numpy as np
 from onnx import TensorProto
 
-from lowerer.steps.emitter import Emitter, attr, normalize_axis
+from lowerer.model_io.node_attributes import int_attribute
+from lowerer.steps.emitter import Emitter, normalize_axis
 from lowerer.steps.registry import lowering
 
 __all__ = ["gather_elements"]
@@ -54,7 +55,7 @@ def gather_elements(em: Emitter) -> None:
     if len(ddims) != len(idims) or not ddims:
         em.refuse(f"data is {len(ddims)}-D and indices {len(idims)}-D; GatherElements needs the same rank >= 1")
     rank = len(ddims)
-    axis = normalize_axis(attr(node, "axis", 0) or 0, rank)
+    axis = normalize_axis(int_attribute(node, "axis", 0) or 0, rank)
     strides = [int(np.prod(ddims[d + 1:], dtype=np.int64)) for d in range(rank)]
     grid = np.indices(idims, dtype=np.int64) if idims else np.zeros((0,), np.int64)
     base = sum((grid[d] * strides[d] for d in range(rank) if d != axis), np.zeros(idims, np.int64))

@@ -38,10 +38,11 @@ import numpy as np
 import onnx
 
 from lowerer.core.remedies import ADD_SHAPES
+from lowerer.model_io.node_attributes import attribute_value
 from lowerer.steps import generic
+from lowerer.steps.attributes import copy_of, set_attribute
 from lowerer.steps.changes import Semantics, Step
 from lowerer.steps.emitter import Emitter
-from lowerer.steps.generic import attribute_value, set_attribute
 from lowerer.steps.registry import DOWN, UP, adapter, lowering
 
 __all__ = ["grid_sample_16", "grid_sample_20"]
@@ -54,7 +55,7 @@ _DOWN_MODES = {new: old for old, new in _UP_MODES.items()}
 @adapter("GridSample", 20, DOWN, UP)
 def grid_sample_20(em: Emitter, step: Step, direction: str) -> None:
     """Rename ``mode`` across the step; going down, X must be 4-D (GridSample-16's only form)."""
-    node = generic.copy_of(em.node)
+    node = copy_of(em.node)
     renames = _DOWN_MODES if direction == DOWN else _UP_MODES
     mode = attribute_value(node, "mode")
     if mode is not None:

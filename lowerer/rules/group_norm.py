@@ -15,10 +15,11 @@ from __future__ import annotations
 import numpy as np
 import onnx
 
+from lowerer.model_io.node_attributes import attribute_value
 from lowerer.steps import generic
+from lowerer.steps.attributes import copy_of, set_attribute
 from lowerer.steps.changes import Semantics, Step
 from lowerer.steps.emitter import Emitter
-from lowerer.steps.generic import attribute_value, set_attribute
 from lowerer.steps.registry import UP, adapter
 
 __all__ = ["group_normalization_18_21"]
@@ -37,7 +38,7 @@ def _per_channel(em: Emitter, name: str, groups: int, channels: int) -> str:
 @adapter("GroupNormalization", 21, UP)
 def group_normalization_18_21(em: Emitter, step: Step, direction: str) -> None:
     """Per-group scale and bias repeated per channel; stash_type kept at X's own type."""
-    node = generic.copy_of(em.node)
+    node = copy_of(em.node)
     groups = attribute_value(node, "num_groups")
     dims = em.dims(node.input[0])
     channels = dims[1] if dims is not None and len(dims) > 1 else None

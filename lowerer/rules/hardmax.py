@@ -16,13 +16,14 @@ from dataclasses import dataclass
 
 import onnx
 
-from lowerer.steps.emitter import Emitter, Rule, attr, normalize_axis
+from lowerer.model_io.node_attributes import int_attribute
+from lowerer.steps.emitter import Emitter, Rule, normalize_axis
 
-__all__ = ["CoercedAxisRule", "Semantics", "read_semantics"]
+__all__ = ["AxisMeaning", "CoercedAxisRule", "read_axis_meaning"]
 
 
 @dataclass(frozen=True)
-class Semantics:
+class AxisMeaning:
     """What a Hardmax/Softmax/LogSoftmax node computes.
 
     Attributes:
@@ -34,12 +35,12 @@ class Semantics:
     axis: int
 
 
-def read_semantics(node: onnx.NodeProto, source_version: int) -> Semantics:
+def read_axis_meaning(node: onnx.NodeProto, source_version: int) -> AxisMeaning:
     """The meaning of ``node`` at its source since-version."""
     flatten = source_version < 13
-    axis = attr(node, "axis", 1 if flatten else -1)
+    axis = int_attribute(node, "axis", 1 if flatten else -1)
     assert axis is not None
-    return Semantics(flatten, axis)
+    return AxisMeaning(flatten, axis)
 
 
 class CoercedAxisRule(Rule):
@@ -73,7 +74,7 @@ class CoercedAxisRule(Rule):
         """Emit the node for the target opset."""
         node = em.node
         x = node.input[0]
-        meaning = read_semantics(node, em.source_version)
+        meaning = read_axis_meaning(node, em.source_version)
         target = em.version_of(node.op_type)
         assert target is not None
         if target < 13 <= em.source_version:

@@ -32,7 +32,7 @@ import numpy as np
 import onnx
 
 from lowerer.rules.global_max_pool import reduce_max
-from lowerer.rules.hardmax import read_semantics
+from lowerer.rules.hardmax import read_axis_meaning
 from lowerer.steps.emitter import Emitter, Rule, normalize_axis
 
 __all__ = ["HardmaxDecomposition"]
@@ -89,7 +89,7 @@ class HardmaxDecomposition(Rule):
         """Emit the decomposition of ``em.node``."""
         node = em.node
         x, y = node.input[0], node.output[0]
-        meaning = read_semantics(node, em.source_version)
+        meaning = read_axis_meaning(node, em.source_version)
         elem = em.elem_type(x)
         if em.opset < 13 and (elem == BF16 or (elem is None and em.source_version >= 13)):
             em.refuse_bfloat16(x)

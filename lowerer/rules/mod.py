@@ -19,7 +19,8 @@ import numpy as np
 from onnx import TensorProto
 
 from lowerer.facts.reference import np_dtype
-from lowerer.steps.emitter import Emitter, attr
+from lowerer.model_io.node_attributes import int_attribute
+from lowerer.steps.emitter import Emitter
 from lowerer.steps.registry import lowering
 
 __all__ = ["mod"]
@@ -41,7 +42,7 @@ def mod(em: Emitter) -> None:
     """Integer Mod as Div/Mul/Sub (and the divisor's sign fixed up for ``fmod=0``); floats refused."""
     node = em.node
     a, b = node.input[0], node.input[1]
-    fmod = attr(node, "fmod", 0)
+    fmod = int_attribute(node, "fmod", 0)
     elem = em.require_elem_type(a, "Mod is lowered exactly for integers only")
     dtype = np_dtype(elem)
     if dtype.kind not in "iu":

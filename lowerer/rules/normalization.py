@@ -16,10 +16,11 @@ from __future__ import annotations
 import numpy as np
 import onnx
 
+from lowerer.model_io.node_attributes import attribute_value
 from lowerer.steps import generic
+from lowerer.steps.attributes import copy_of, remove_attribute, set_attribute
 from lowerer.steps.changes import AttrAdded, AttrToInput, InputAdded, OutputAdded, Semantics, Step
 from lowerer.steps.emitter import Emitter
-from lowerer.steps.generic import attribute_value, remove_attribute, set_attribute
 from lowerer.steps.registry import DOWN, UP, adapter
 
 __all__ = ["batch_normalization_7", "batch_normalization_14", "dropout_12_10"]
@@ -28,7 +29,7 @@ __all__ = ["batch_normalization_7", "batch_normalization_14", "dropout_12_10"]
 @adapter("BatchNormalization", 14, DOWN, UP)
 def batch_normalization_14(em: Emitter, step: Step, direction: str) -> None:
     """Inference-mode BatchNormalization means the same at 9 and 14."""
-    node = generic.copy_of(em.node)
+    node = copy_of(em.node)
     if direction == DOWN:
         if attribute_value(node, "training_mode"):
             em.refuse("training_mode=1 (BatchNormalization-9 has no such mode); lowerer converts inference graphs")
@@ -43,7 +44,7 @@ def batch_normalization_14(em: Emitter, step: Step, direction: str) -> None:
 @adapter("Dropout", 12, DOWN)
 def dropout_12_10(em: Emitter, step: Step, direction: str) -> None:
     """Inference Dropout: ``training_mode`` must be off; ``ratio`` back to an attribute."""
-    node = generic.copy_of(em.node)
+    node = copy_of(em.node)
     mask = node.output[1] if len(node.output) > 1 and node.output[1] and em.facts.is_used(node.output[1]) else ""
     del node.output[1:]
     if len(node.input) > 2 and node.input[2]:
@@ -85,7 +86,7 @@ def _inference_mask(em: Emitter, x: str, mask: str) -> None:
 @adapter("BatchNormalization", 7, DOWN, UP)
 def batch_normalization_7(em: Emitter, step: Step, direction: str) -> None:
     """Inference BatchNormalization (only Y used): ``is_test=1`` at 6; the statistics outputs mean training."""
-    node = generic.copy_of(em.node)
+    node = copy_of(em.node)
     used = [o for o in node.output[1:] if o and em.facts.is_used(o)]
     if used:
         em.refuse(f"its statistics outputs {used} are used (training mode); lowerer converts inference graphs")

@@ -16,9 +16,9 @@ import numpy as np
 from lowerer.core.errors import ConversionError
 from lowerer.rules.dequantize_fold import fold_or_refuse
 from lowerer.steps import generic
+from lowerer.steps.attributes import copy_of, remove_attribute
 from lowerer.steps.changes import Semantics, Step
 from lowerer.steps.emitter import Emitter
-from lowerer.steps.generic import remove_attribute
 from lowerer.steps.registry import DOWN, UP, adapter
 from lowerer.steps.table import TABLE
 
@@ -27,7 +27,7 @@ __all__ = ["dequantize_down", "quantize_13_10"]
 @adapter(("QuantizeLinear", "DequantizeLinear"), 13, DOWN)
 def quantize_13_10(em: Emitter, step: Step, direction: str) -> None:
     """Scalar scale and zero point: drop ``axis``; per-axis ones have no version-10 form (folded where asked)."""
-    node = generic.copy_of(em.node)
+    node = copy_of(em.node)
     for index in (1, 2):
         if index < len(node.input) and node.input[index]:
             rank = em.rank(node.input[index])

@@ -30,9 +30,10 @@ from __future__ import annotations
 import numpy as np
 import onnx
 
+from lowerer.model_io.node_attributes import int_attribute
 from lowerer.rules.backend_forms import SelectLastIndexForm
 from lowerer.rules.hardmax_decomposition import IOTA_CONST_MAX, HardmaxDecomposition
-from lowerer.steps.emitter import Emitter, attr, normalize_axis
+from lowerer.steps.emitter import Emitter, normalize_axis
 
 __all__ = ["ArgReduceForm", "HardmaxReduceForm", "extremum_index_reduce"]
 
@@ -152,14 +153,14 @@ class ArgReduceForm(SelectLastIndexForm):
     def rewrite(self, em: Emitter) -> None:
         """Emit the reduction form of ``em.node``."""
         node = em.node
-        axis = attr(node, "axis", 0)
+        axis = int_attribute(node, "axis", 0)
         assert axis is not None
-        select_last = attr(node, "select_last_index", 0) if em.source_version >= 12 else 0
+        select_last = int_attribute(node, "select_last_index", 0) if em.source_version >= 12 else 0
         if select_last:
-            extremum_index_reduce(em, node.input[0], axis, attr(node, "keepdims", 1), node.op_type == "ArgMax",
+            extremum_index_reduce(em, node.input[0], axis, int_attribute(node, "keepdims", 1), node.op_type == "ArgMax",
                                   last=True, outputs=list(node.output))
             return
-        self._first_extremum(em, node.input[0], axis, attr(node, "keepdims", 1), list(node.output))
+        self._first_extremum(em, node.input[0], axis, int_attribute(node, "keepdims", 1), list(node.output))
 
     def _first_extremum(self, em: Emitter, v: str, axis: int, keepdims: int | None,
                         outputs: list[str] | None = None) -> str:

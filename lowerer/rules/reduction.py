@@ -19,10 +19,11 @@ from typing import Any
 import numpy as np
 import onnx
 
+from lowerer.model_io.node_attributes import attribute_value
 from lowerer.steps import generic
+from lowerer.steps.attributes import copy_of, remove_attribute, set_attribute
 from lowerer.steps.changes import AttrAdded, AttrToInput, Change, Step
 from lowerer.steps.emitter import Emitter
-from lowerer.steps.generic import attribute_value, remove_attribute, set_attribute
 from lowerer.steps.registry import DOWN, adapter
 
 __all__ = ["by_run_time_axes", "if_chain", "reduce_axes_input_down", "squeeze_axes_input_down"]
@@ -35,7 +36,7 @@ REDUCTIONS_18 = ("ReduceMax", "ReduceMean", "ReduceMin", "ReduceProd", "ReduceL1
 @adapter(REDUCTIONS_18, 18, DOWN)
 def reduce_axes_input_down(em: Emitter, step: Step, direction: str) -> None:
     """``noop_with_empty_axes=1`` with no axes → ``Identity``; otherwise drop it and move the axes back."""
-    node = generic.copy_of(em.node)
+    node = copy_of(em.node)
     noop = attribute_value(node, "noop_with_empty_axes")
     remove_attribute(node, "noop_with_empty_axes")
     axes_name = node.input[1] if len(node.input) > 1 else ""
@@ -108,7 +109,7 @@ def by_run_time_axes(em: Emitter, step: Step, direction: str, node: onnx.NodePro
 
     def branch(axes: tuple[int, ...]) -> onnx.GraphProto:
         start = len(em.nodes)
-        made_node = generic.copy_of(node)
+        made_node = copy_of(node)
         del made_node.input[1:]
         set_attribute(made_node, "axes", list(axes))
         out = em.fresh(f"{node.output[0]}_axes{''.join(map(str, axes))}")

@@ -28,10 +28,11 @@ import numpy as np
 import onnx
 
 from lowerer.core.remedies import ADD_SHAPES, MAKE_CONSTANT
+from lowerer.model_io.node_attributes import attribute_value
 from lowerer.steps import generic
+from lowerer.steps.attributes import copy_of, remove_attribute, set_attribute
 from lowerer.steps.changes import InputAdded, OptionalInput, Semantics, Step
 from lowerer.steps.emitter import Emitter
-from lowerer.steps.generic import attribute_value, remove_attribute, set_attribute
 from lowerer.steps.registry import DOWN, UP, adapter, lowering
 
 __all__ = ["resize_10_11", "resize_10_lowering", "resize_11_10", "resize_13", "resize_18_13", "upsample_10"]
@@ -66,7 +67,7 @@ def _nearest_mode(em: Emitter, scales: str, why: str) -> str:
 @adapter("Resize", 11, UP)
 def resize_10_11(em: Emitter, step: Step, direction: str) -> None:
     """Resize-10 [X, scales] → Resize-11 [X, empty roi, scales], asymmetric, nearest_mode floor or ceil."""
-    node = generic.copy_of(em.node)
+    node = copy_of(em.node)
     mode = str(attribute_value(node, "mode") or "nearest")
     if mode == "nearest":
         set_attribute(node, "nearest_mode", _nearest_mode(em, node.input[1], "Resize-11's nearest_mode"))
@@ -243,7 +244,7 @@ def resize_11_10(em: Emitter, step: Step, direction: str) -> None:
     on upsampled axes, up on downsampled ones), any rounding where every coordinate is an integer
     (:func:`_integer_coordinates`), or half-pixel integer upsampling (:func:`_rounds_like_floor`).
     """
-    node = generic.copy_of(em.node)
+    node = copy_of(em.node)
     mode = str(attribute_value(node, "mode") or "nearest")
     if mode not in ("nearest", "linear"):
         em.refuse(f"mode={mode!r}; Resize-10 has nearest and linear only")
@@ -287,7 +288,7 @@ def resize_11_10(em: Emitter, step: Step, direction: str) -> None:
 @adapter("Resize", 13, DOWN, UP)
 def resize_13(em: Emitter, step: Step, direction: str) -> None:
     """Down: an omitted roi or scales becomes an empty constant; up: tf_half_pixel_for_nn is refused."""
-    node = generic.copy_of(em.node)
+    node = copy_of(em.node)
     if direction == UP:
         if attribute_value(node, "coordinate_transformation_mode") == "tf_half_pixel_for_nn":
             em.refuse("coordinate_transformation_mode='tf_half_pixel_for_nn' was removed at Resize-13, and no "
@@ -322,7 +323,7 @@ def resize_10_lowering(em: Emitter) -> None:
 @adapter("Resize", 18, DOWN)
 def resize_18_13(em: Emitter, step: Step, direction: str) -> None:
     """``axes`` spread: scales 1 and sizes the input's dims on the axes it leaves out; the rest is generic."""
-    node = generic.copy_of(em.node)
+    node = copy_of(em.node)
     axes = attribute_value(node, "axes")
     if isinstance(axes, list):
         rank = em.require_rank(node.input[0], "to spread the scales or sizes of 'axes' over every axis")

@@ -17,7 +17,7 @@ A batch of 1 maps exactly between them:
 Other batches would need a Loop, which is refused. The body is the same on both sides.
 
 Below Scan-8 (at 7) Scan-9+ becomes a Loop over the sequence (:func:`scan_as_loop`). That is not a
-loop form in the registry's sense (:attr:`lowerer.steps.registry.Entry.loop_form`, the scatter reductions'
+loop form in the registry's sense (:attr:`lowerer.steps.registry.RegistryEntry.loop_form`, the scatter reductions'
 Loop over updates): the Scan already runs its body once per element of the sequence, and the Loop runs the
 same body as many times, so the cost class does not change and ``no_loops`` does not refuse it.
 """
@@ -29,9 +29,9 @@ import onnx
 
 from lowerer.core.opsets import since_version
 from lowerer.facts.body_shapes import body_input_types
+from lowerer.model_io.node_attributes import attribute, attribute_value
 from lowerer.steps.changes import Step
 from lowerer.steps.emitter import Emitter
-from lowerer.steps.generic import attribute, attribute_value
 from lowerer.steps.registry import DOWN, UP, adapter, history, lowering, made_rewrite
 
 __all__ = ["loop_from_scan", "scan_8_9", "scan_9_8", "scan_as_loop"]

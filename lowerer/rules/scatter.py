@@ -33,10 +33,11 @@ import numpy as np
 import onnx
 from onnx import helper
 
+from lowerer.model_io.node_attributes import attribute_value
 from lowerer.steps import generic
+from lowerer.steps.attributes import copy_of
 from lowerer.steps.changes import Semantics, Step
 from lowerer.steps.emitter import Emitter, normalize_axis
-from lowerer.steps.generic import attribute_value
 from lowerer.steps.registry import DOWN, UP, adapter
 
 __all__ = ["LOOP_OVER_UPDATES", "nonnegative_indices", "scatter_11", "scatter_11_9", "scatter_reduction_16_13",
@@ -70,7 +71,7 @@ def scatter_11(em: Emitter, step: Step, direction: str) -> None:
 @adapter("Scatter", 11, DOWN)
 def scatter_11_9(em: Emitter, step: Step, direction: str) -> None:
     """Scatter-11 → Scatter-9 with indices proven non-negative (a constant)."""
-    node = generic.copy_of(em.node)
+    node = copy_of(em.node)
     axis = attribute_value(node, "axis")
     node.input[1] = nonnegative_indices(em, node.input[0], node.input[1], axis if isinstance(axis, int) else 0,
                                         "Scatter-9 does not accept")
@@ -197,7 +198,7 @@ def _count(em: Emitter, table: str) -> str:
     return em.op("Gather", [em.op("Shape", [table]), em.const(np.array(0, dtype=np.int64), "rows")], axis=0)
 
 
-#: The slower form the reduction adapters may write (:attr:`lowerer.steps.registry.Entry.loop_form`).
+#: The slower form the reduction adapters may write (:attr:`lowerer.steps.registry.RegistryEntry.loop_form`).
 LOOP_OVER_UPDATES = "a Loop over updates"
 
 

@@ -19,10 +19,11 @@ from __future__ import annotations
 import numpy as np
 import onnx
 
+from lowerer.model_io.node_attributes import attribute_value
 from lowerer.steps import generic
+from lowerer.steps.attributes import copy_of, remove_attribute, set_attribute
 from lowerer.steps.changes import AttrAdded, InputAdded, Semantics, Step
 from lowerer.steps.emitter import Emitter
-from lowerer.steps.generic import attribute_value, remove_attribute, set_attribute
 from lowerer.steps.registry import DOWN, UP, adapter
 
 __all__ = ["pad_18_13", "reshape_14_13", "shape_15_13", "slice_10_1", "split_13_11", "split_13_18", "split_18_13",
@@ -72,7 +73,7 @@ def _zeros_copy_the_same(em: Emitter, data: str, shape_name: str) -> bool:
 @adapter("Reshape", 14, DOWN)
 def reshape_14_13(em: Emitter, step: Step, direction: str) -> None:
     """``allowzero`` dropped where it cannot matter, else guarded exactly (see the module docstring)."""
-    node = generic.copy_of(em.node)
+    node = copy_of(em.node)
     allowzero = attribute_value(node, "allowzero")
     remove_attribute(node, "allowzero")
     data, shape_name = node.input[0], node.input[1]
@@ -117,7 +118,7 @@ def _reshape_empty_by_expand(em: Emitter, node: onnx.NodeProto) -> None:
 @adapter("Shape", 15, DOWN)
 def shape_15_13(em: Emitter, step: Step, direction: str) -> None:
     """``start``/``end`` → ``Shape`` then ``Slice`` (Slice clamps out-of-range bounds the same way)."""
-    node = generic.copy_of(em.node)
+    node = copy_of(em.node)
     start = attribute_value(node, "start")
     end = attribute_value(node, "end")
     remove_attribute(node, "start")
@@ -141,7 +142,7 @@ def split_18_13(em: Emitter, step: Step, direction: str) -> None:
     With a static size along the axis the sizes are a constant; otherwise they are computed from
     ``Shape`` (Split-13 takes them as an input; below 13 they must be constant and are refused).
     """
-    node = generic.copy_of(em.node)
+    node = copy_of(em.node)
     parts = attribute_value(node, "num_outputs")
     remove_attribute(node, "num_outputs")
     if parts is None:
@@ -209,7 +210,7 @@ def split_13_11(em: Emitter, step: Step, direction: str) -> None:
 @adapter("Split", 18, UP)
 def split_13_18(em: Emitter, step: Step, direction: str) -> None:
     """Without a ``split`` input, Split-18 needs ``num_outputs`` (equal parts: what Split-13 does)."""
-    node = generic.copy_of(em.node)
+    node = copy_of(em.node)
     if len(node.input) < 2 or not node.input[1]:
         set_attribute(node, "num_outputs", len(node.output))
     generic.cross(em, step, direction, node, handled=(Semantics,))
@@ -218,7 +219,7 @@ def split_13_18(em: Emitter, step: Step, direction: str) -> None:
 @adapter("Slice", 10, DOWN)
 def slice_10_1(em: Emitter, step: Step, direction: str) -> None:
     """``steps`` (input 4) must be constant ones; starts/ends/axes move to attributes (generic)."""
-    node = generic.copy_of(em.node)
+    node = copy_of(em.node)
     if len(node.input) > 4 and node.input[4]:
         steps = em.constant(node.input[4])
         if steps is not None and not np.all(steps == 1):
@@ -248,7 +249,7 @@ def _stepped_slice(em: Emitter, step: Step, direction: str, node: onnx.NodeProto
     plain = [b for b in bounds if b[3] == 1]
     x, output = node.input[0], node.output[0]
     if plain:
-        sliced = generic.copy_of(node)
+        sliced = copy_of(node)
         sliced.input[:] = [x, *(em.const(np.array([b[i] for b in plain], np.int64), n)
                                 for i, n in ((1, "starts"), (2, "ends"), (0, "axes")))]
         x = sliced.output[0] = em.fresh(f"{output}_sliced")
@@ -265,7 +266,7 @@ def _stepped_slice(em: Emitter, step: Step, direction: str, node: onnx.NodeProto
 @adapter("Pad", 18, DOWN)
 def pad_18_13(em: Emitter, step: Step, direction: str) -> None:
     """An ``axes`` input (constant, known rank) is folded into pads for every axis (run-time pads sliced in place)."""
-    node = generic.copy_of(em.node)
+    node = copy_of(em.node)
     if len(node.input) > 3 and node.input[3]:
         axes = em.constant(node.input[3])
         pads = em.constant(node.input[1])
@@ -297,7 +298,7 @@ def pad_18_13(em: Emitter, step: Step, direction: str) -> None:
 @adapter("Unsqueeze", 11, DOWN)
 def unsqueeze_11_1(em: Emitter, step: Step, direction: str) -> None:
     """Negative axes count from the back of the *output*: made non-negative with rank(data) + len(axes)."""
-    node = generic.copy_of(em.node)
+    node = copy_of(em.node)
     axes = attribute_value(node, "axes")
     if isinstance(axes, list) and any(a < 0 for a in axes):
         rank = em.require_rank(node.input[0], "to make the negative axes non-negative (Unsqueeze-1)")

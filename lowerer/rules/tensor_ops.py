@@ -18,10 +18,11 @@ from onnx import numpy_helper
 
 from lowerer.facts.constants import constant_node_value
 from lowerer.facts.reference import np_dtype
+from lowerer.model_io.node_attributes import attribute_value
 from lowerer.steps import generic
+from lowerer.steps.attributes import copy_of, remove_attribute, set_attribute
 from lowerer.steps.changes import AttrAdded, NegativeValues, Semantics, Step, Types
 from lowerer.steps.emitter import Emitter
-from lowerer.steps.generic import attribute_value, remove_attribute, set_attribute
 from lowerer.steps.registry import DOWN, UP, adapter
 
 __all__ = ["constant_down", "gather_11_down", "one_hot_9_11", "one_hot_11_9"]
@@ -60,7 +61,7 @@ def _dense(node: onnx.NodeProto) -> onnx.TensorProto | None:
 @adapter("Constant", (9, 11, 12, 13, 19, 21, 23, 24, 25), DOWN)
 def constant_down(em: Emitter, step: Step, direction: str) -> None:
     """The older Constant's form, or an initializer where its types fall short."""
-    node = generic.copy_of(em.node)
+    node = copy_of(em.node)
     if any(a.name in _VALUE_FORMS for a in node.attribute):
         tensor = _dense(node)
         if tensor is None:
@@ -114,7 +115,7 @@ def _index_guard(em: Emitter, node: onnx.NodeProto, data: str, indices: str, axi
 @adapter("Gather", 11, DOWN)
 def gather_11_down(em: Emitter, step: Step, direction: str) -> None:
     """Negative indices: constant ones normalized (generic), run-time ones guarded."""
-    node = generic.copy_of(em.node)
+    node = copy_of(em.node)
     data, indices = node.input[0], node.input[1]
     axis_value = attribute_value(node, "axis")
     axis = 0 if axis_value is None else int(axis_value)  # type: ignore[call-overload]
@@ -130,7 +131,7 @@ def gather_11_down(em: Emitter, step: Step, direction: str) -> None:
 @adapter("OneHot", 11, DOWN)
 def one_hot_11_9(em: Emitter, step: Step, direction: str) -> None:
     """Negative indices count from the back at 11: add ``depth`` to them (constants, or a run-time guard)."""
-    node = generic.copy_of(em.node)
+    node = copy_of(em.node)
     indices, depth = node.input[0], node.input[1]
     axis = attribute_value(node, "axis")
     if isinstance(axis, int) and axis < 0:

@@ -34,10 +34,11 @@ import functools
 import numpy as np
 import onnx
 
+from lowerer.model_io.node_attributes import int_attribute
 from lowerer.rules.backend_forms import SelectLastIndexForm
 from lowerer.rules.hardmax_decomposition import HardmaxDecomposition
-from lowerer.steps import generic
-from lowerer.steps.emitter import Emitter, Rule, attr, normalize_axis
+from lowerer.steps.emitter import Emitter, Rule, normalize_axis
+from lowerer.steps.signature import formal_types
 
 __all__ = ["ArgTopKForm", "HardmaxTopKForm", "ShapeSliceForm", "first_extremum_topk"]
 
@@ -54,7 +55,7 @@ def _type_name(elem: int) -> str:
 @functools.lru_cache(maxsize=64)
 def _takes(op: str, opset: int) -> frozenset[int]:
     """The element types ``op``'s first input takes at ``opset`` (from its schema)."""
-    allowed = generic.formal_types(op, opset)[0][0][0]
+    allowed = formal_types(op, opset)[0][0][0]
     return frozenset(v for v in T.DataType.values() if f"tensor({_type_name(v)})" in allowed)
 
 
@@ -192,10 +193,10 @@ class ArgTopKForm(SelectLastIndexForm):
         """Emit the TopK form of ``em.node``."""
         node = em.node
         x = node.input[0]
-        axis = attr(node, "axis", 0)
+        axis = int_attribute(node, "axis", 0)
         assert axis is not None
-        keepdims = attr(node, "keepdims", 1)
-        select_last = attr(node, "select_last_index", 0) if em.source_version >= 12 else 0
+        keepdims = int_attribute(node, "keepdims", 1)
+        select_last = int_attribute(node, "select_last_index", 0) if em.source_version >= 12 else 0
         if axis < 0 and em.opset < 11:
             axis = normalize_axis(axis, em.require_rank(x, "to make the negative axis non-negative"))
         _widening(em, x, em.elem_type(x))  # refuse before emitting anything
@@ -247,8 +248,8 @@ class ShapeSliceForm(Rule):
     def rewrite(self, em: Emitter) -> None:
         """Emit ``Shape`` + ``Slice`` for ``em.node``."""
         node = em.node
-        start = attr(node, "start")
-        end = attr(node, "end")
+        start = int_attribute(node, "start")
+        end = int_attribute(node, "end")
         if start in (None, 0) and end is None:
             em.copy_node(start=None)
             return

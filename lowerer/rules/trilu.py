@@ -16,7 +16,8 @@ import numpy as np
 import onnx
 
 from lowerer.facts.reference import np_dtype
-from lowerer.steps.emitter import Emitter, attr
+from lowerer.model_io.node_attributes import int_attribute
+from lowerer.steps.emitter import Emitter
 from lowerer.steps.registry import lowering
 
 __all__ = ["trilu"]
@@ -87,7 +88,7 @@ def trilu(em: Emitter) -> None:
     """
     node = em.node
     x = node.input[0]
-    upper = bool(attr(node, "upper", 1))
+    upper = bool(int_attribute(node, "upper", 1))
     rank = em.require_rank(x, "(Trilu masks the last two axes)")
     dtype = np_dtype(em.require_elem_type(x, "the zero Trilu writes is of that type"))
     dims = em.dims(x) or []

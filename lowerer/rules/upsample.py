@@ -16,10 +16,11 @@ and ``mode`` ``nearest`` (default) or ``linear``. Both size each output dim ``fl
 
 from __future__ import annotations
 
+from lowerer.model_io.node_attributes import attribute_value
 from lowerer.steps import generic
+from lowerer.steps.attributes import copy_of, remove_attribute, set_attribute
 from lowerer.steps.changes import Semantics, Step
 from lowerer.steps.emitter import Emitter
-from lowerer.steps.generic import attribute_value, remove_attribute, set_attribute
 from lowerer.steps.registry import DOWN, UP, adapter
 
 __all__ = ["upsample_1_7", "upsample_7_1"]
@@ -31,7 +32,7 @@ _DOWN_MODES = {"nearest": "nearest", "linear": "bilinear"}
 @adapter("Upsample", 7, UP)
 def upsample_1_7(em: Emitter, step: Step, direction: str) -> None:
     """Upsample-1 (height_scale, width_scale) → Upsample-7 with scales = [1, 1, height_scale, width_scale]."""
-    node = generic.copy_of(em.node)
+    node = copy_of(em.node)
     height, width = attribute_value(node, "height_scale"), attribute_value(node, "width_scale")
     if not isinstance(height, float) or not isinstance(width, float):
         em.refuse(f"height_scale ({height}) and width_scale ({width}) must both be set (floats): Upsample-1 "
@@ -56,7 +57,7 @@ def upsample_1_7(em: Emitter, step: Step, direction: str) -> None:
 @adapter("Upsample", 7, DOWN)
 def upsample_7_1(em: Emitter, step: Step, direction: str) -> None:
     """Upsample-7 with scales = [1, 1, h, w] → Upsample-1 with height_scale = h, width_scale = w."""
-    node = generic.copy_of(em.node)
+    node = copy_of(em.node)
     scales = attribute_value(node, "scales")
     if not isinstance(scales, list) or len(scales) != 4 or scales[0] != 1 or scales[1] != 1:
         em.refuse(f"scales={scales}; Upsample-1 scales the height and width of a 4-D tensor only (scales "

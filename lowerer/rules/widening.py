@@ -17,7 +17,9 @@ from __future__ import annotations
 import numpy as np
 import onnx
 
+from lowerer.model_io.node_attributes import attribute_value
 from lowerer.steps import generic
+from lowerer.steps.attributes import copy_of
 from lowerer.steps.changes import Step
 from lowerer.steps.emitter import Emitter
 from lowerer.steps.registry import DOWN, adapter
@@ -46,7 +48,7 @@ def _in_float(em: Emitter, inputs: list[str]) -> list[str]:
 
 def _widened(em: Emitter, inputs: list[str], back: list[int | None]) -> None:
     """``em.node`` on ``inputs``, its outputs cast back to ``back`` (None: kept as they are)."""
-    node = generic.copy_of(em.node)
+    node = copy_of(em.node)
     del node.input[:]
     node.input.extend(inputs)
     finals = list(node.output)
@@ -100,7 +102,7 @@ def reduce_bool_20_18(em: Emitter, step: Step, direction: str) -> None:
     if em.elem_type(node.input[0]) != onnx.TensorProto.BOOL:
         generic.cross(em, step, direction)
         return
-    reduced = generic.copy_of(node)
+    reduced = copy_of(node)
     reduced.input[0] = em.op("Cast", [node.input[0]], to=_FLOAT)
     reduced.output[0] = em.fresh(f"{node.output[0]}_float")
     em.nodes.append(reduced)
@@ -137,7 +139,7 @@ def variadic_broadcast_8_6(em: Emitter, step: Step, direction: str) -> None:
     if not odd or any(em.constant(n) is None for n in odd) or int(np.prod(out)) > _MAX_BROADCAST:
         generic.cross(em, step, direction)
         return
-    made = generic.copy_of(node)
+    made = copy_of(node)
     for k, name in enumerate(made.input):
         value = values[names.index(name)] if name in names else None
         if name and value is not None:
@@ -167,7 +169,7 @@ def bit_shift_28_11(em: Emitter, step: Step, direction: str) -> None:
         return
     width = _SIGNED_WIDTHS[elem]
     u64, i64 = onnx.TensorProto.UINT64, onnx.TensorProto.INT64
-    spelled = generic.attribute_value(node, "direction")
+    spelled = attribute_value(node, "direction")
     right = (spelled.decode() if isinstance(spelled, bytes) else str(spelled)).upper() == "RIGHT"
     x, y = node.input
     x_wide, y_wide = em.op("Cast", [x], to=i64), em.op("Cast", [y], to=i64)
@@ -202,7 +204,7 @@ def qlinear_matmul_21_10(em: Emitter, step: Step, direction: str) -> None:
     if not any(k < len(node.input) and em.elem_type(node.input[k]) == onnx.TensorProto.FLOAT16 for k in scales):
         generic.cross(em, step, direction)
         return
-    made = generic.copy_of(node)
+    made = copy_of(node)
     for k in scales:
         if k < len(made.input) and made.input[k] and em.elem_type(made.input[k]) == onnx.TensorProto.FLOAT16:
             value = em.constant(made.input[k])

@@ -1,9 +1,8 @@
-"""Reading and editing a node's attributes: the helpers every adapter and rule uses on a copy of a node.
+"""Editing a node's attributes: the helpers every adapter and rule uses on a copy of a node.
 
-:func:`copy_of` makes the copy to adjust; :func:`attribute_value` reads an attribute as a Python
-value (strings decoded); :func:`set_attribute` and :func:`remove_attribute` edit it;
-:func:`is_neutral` says whether a value means what the attribute's absence does. Also importable
-from :mod:`lowerer.steps.generic`.
+:func:`copy_of` makes the copy to adjust; :func:`set_attribute` and :func:`remove_attribute` edit it;
+:func:`is_neutral` says whether a value means what the attribute's absence does. Reading one is
+:mod:`lowerer.model_io.node_attributes`.
 """
 
 from __future__ import annotations
@@ -15,7 +14,7 @@ from onnx import helper
 
 from lowerer.steps.changes import ONES
 
-__all__ = ["attribute", "attribute_value", "copy_of", "is_neutral", "remove_attribute", "set_attribute"]
+__all__ = ["copy_of", "is_neutral", "remove_attribute", "set_attribute"]
 
 
 def copy_of(node: onnx.NodeProto) -> onnx.NodeProto:
@@ -23,28 +22,6 @@ def copy_of(node: onnx.NodeProto) -> onnx.NodeProto:
     made = onnx.NodeProto()
     made.CopyFrom(node)
     return made
-
-
-def attribute(node: onnx.NodeProto, name: str) -> onnx.AttributeProto | None:
-    """The attribute ``name`` of ``node``, or None."""
-    for a in node.attribute:
-        if a.name == name:
-            found: onnx.AttributeProto = a
-            return found
-    return None
-
-
-def attribute_value(node: onnx.NodeProto, name: str) -> object:
-    """The Python value of attribute ``name`` (strings decoded), or None when absent."""
-    a = attribute(node, name)
-    if a is None:
-        return None
-    value = helper.get_attribute_value(a)
-    if isinstance(value, bytes):
-        return value.decode("utf-8", "replace")
-    if isinstance(value, list) and value and isinstance(value[0], bytes):
-        return [v.decode("utf-8", "replace") for v in value]
-    return value
 
 
 def remove_attribute(node: onnx.NodeProto, name: str) -> None:

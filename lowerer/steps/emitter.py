@@ -19,15 +19,7 @@ if TYPE_CHECKING:
     from lowerer.model_io.naming import NameGenerator
     from lowerer.model_io.scopes import Scope
 
-__all__ = ["Emitter", "Rule", "attr", "normalize_axis"]
-
-
-def attr(node: onnx.NodeProto, name: str, default: int | None = None) -> int | None:
-    """The value of an int attribute, or ``default`` when absent."""
-    for a in node.attribute:
-        if a.name == name:
-            return int(a.i)
-    return default
+__all__ = ["Emitter", "Rule", "normalize_axis"]
 
 
 def _attribute(key: str, value: object) -> onnx.AttributeProto:
@@ -287,13 +279,6 @@ class Rule(abc.ABC):
     #: Pairs (source since-version, target since-version) where the node means the same with the
     #: same attributes: it stays as it is (only the opset import changes), which is no rewrite.
     same_meaning: ClassVar[frozenset[tuple[int, int]]] = frozenset()
-
-    def wants(self, node: onnx.NodeProto, source_version: int, target_opset: int, decompose: frozenset[str]) -> bool:
-        """Whether the node needs this rule (cheap; no shape information)."""
-        if self.decomposition is not None:
-            return self.decomposition in decompose
-        target_version = since_version(node.op_type, target_opset)
-        return target_version != source_version and (source_version, target_version) not in self.same_meaning
 
     @abc.abstractmethod
     def rewrite(self, em: Emitter) -> None:

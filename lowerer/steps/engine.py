@@ -47,17 +47,19 @@ from lowerer.steps.registry import (
     DOWN,
     NO_REQUEST,
     UP,
-    Entry,
     Registry,
+    RegistryEntry,
     Request,
     Resolution,
     next_step,
     step_ends,
 )
+from lowerer.steps.signature import formal_types
 from lowerer.steps.stamping import MAX_PER_KEY, NamesMade, Pattern, Recorder, record, static_key
 from lowerer.steps.table import steps_between
 
-__all__ = ["Conversion", "Pick", "Picker", "StepEngine", "first_version", "refuse_attribute_references"]
+# "Pick": imported from here by lowerer/backends/plan.py until that import names lowerer.steps.conversion
+__all__ = ["Pick", "StepEngine"]
 
 logger = logging.getLogger(__name__)
 
@@ -70,8 +72,8 @@ _MAX_PICK_DEPTH = 4
 
 def _types_only_widen(op: str, previous: int, version: int) -> bool:
     """Whether every formal parameter of ``op`` accepts at ``version`` all it accepted at ``previous``."""
-    before = generic.formal_types(op, previous)
-    after = generic.formal_types(op, version)
+    before = formal_types(op, previous)
+    after = formal_types(op, version)
     for old, new in zip((*before[0], *before[1]), (*after[0], *after[1]), strict=False):
         if not old[0] <= new[0]:
             return False
@@ -470,7 +472,7 @@ class StepEngine:
         conversion.crossings.append(Crossing("expansion", "function-expansion", node.op_type, sv, None, opset, why))
         return self._onwards(em.nodes, scope, opset, target, facts, conversion, depth)
 
-    def _lower(self, entry: Entry, node: onnx.NodeProto, scope: Scope, sv: int, target: int, facts: Facts,
+    def _lower(self, entry: RegistryEntry, node: onnx.NodeProto, scope: Scope, sv: int, target: int, facts: Facts,
                conversion: Conversion, why: str, depth: int) -> list[onnx.NodeProto]:
         """``node`` written by its registered lowering at its own since-version, then taken on to ``target``."""
         refuse_attribute_references(node, scope, f"{node.op_type}-{sv}", target)

@@ -30,7 +30,7 @@ import onnx
 import onnx.defs
 from onnx import helper
 
-from lowerer.facts.shapes import type_proto
+from lowerer.facts.value_types import type_proto
 from lowerer.model_io.scopes import node_graphs
 from lowerer.steps.emitter import Emitter
 from lowerer.steps.plain_forms import plain_forms

@@ -4,9 +4,6 @@
 are adjusted change by change (see :mod:`lowerer.steps.changes`), plus the constants moved
 attributes need. Every change is checked against the node; whatever the older (or newer)
 version cannot express exactly is refused, naming the step and what would work.
-
-The attribute helpers (:mod:`lowerer.steps.attributes`) and the schema checks
-(:mod:`lowerer.steps.signature`) it uses are importable from here too, as before.
 """
 
 from __future__ import annotations
@@ -20,14 +17,8 @@ import onnx
 from lowerer.core.remedies import ADD_SHAPES, ADD_TYPES, MAKE_CONSTANT
 from lowerer.facts.reference import np_dtype
 from lowerer.model_io.naming import NameGenerator
-from lowerer.steps.attributes import (
-    attribute,
-    attribute_value,
-    copy_of,
-    is_neutral,
-    remove_attribute,
-    set_attribute,
-)
+from lowerer.model_io.node_attributes import attribute, attribute_value
+from lowerer.steps.attributes import is_neutral, remove_attribute, set_attribute
 from lowerer.steps.changes import (
     AttrAdded,
     AttrRemoved,
@@ -47,23 +38,9 @@ from lowerer.steps.changes import (
 )
 from lowerer.steps.emitter import Emitter
 from lowerer.steps.registry import DOWN
-from lowerer.steps.signature import check_arity, check_types, formal_types, op_schema
+from lowerer.steps.signature import check_arity, check_types, op_schema
 
-__all__ = [
-    "PREDICATE_FUNCTIONS",
-    "attribute",
-    "attribute_value",
-    "check_arity",
-    "check_types",
-    "copy_of",
-    "cross",
-    "drop_input",
-    "formal_types",
-    "is_neutral",
-    "meaning_kept",
-    "remove_attribute",
-    "set_attribute",
-]
+__all__ = ["PREDICATE_FUNCTIONS", "cross", "drop_input", "meaning_kept"]
 
 #: Every name lowerer makes holds this marker.
 NEW_NAME_MARK = NameGenerator.MARKER

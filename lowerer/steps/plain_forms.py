@@ -26,16 +26,13 @@ import numpy as np
 import onnx
 from onnx import helper, numpy_helper
 
+from lowerer.model_io.node_attributes import int_attribute
 from lowerer.steps.emitter import Emitter
 from lowerer.steps.specialize import reads_of
 
 __all__ = ["plain_forms"]
 
 _DEFAULT = ("", "ai.onnx")
-
-
-def _int_attr(node: onnx.NodeProto, name: str) -> int | None:
-    return next((int(a.i) for a in node.attribute if a.name == name), None)
 
 
 def _explicit_value(node: onnx.NodeProto) -> None:
@@ -69,11 +66,11 @@ def _drop_empty_parts(nodes: list[onnx.NodeProto], em: Emitter, keep: set[str]) 
         sizes = _split_sizes(n, em)
         if sizes is None or len(sizes) != len(n.output) or 0 not in sizes or all(s == 0 for s in sizes):
             continue
-        axis = _int_attr(n, "axis") or 0
+        axis = int_attribute(n, "axis") or 0
         empty = [o for o, s in zip(n.output, sizes, strict=True) if s == 0]
         if any(not o or o in keep or o in in_bodies
                or any(all(i in empty for i in r.input) for r in readers.get(o, []))
-               or not all(r.op_type == "Concat" and r.domain in _DEFAULT and _int_attr(r, "axis") == axis
+               or not all(r.op_type == "Concat" and r.domain in _DEFAULT and int_attribute(r, "axis") == axis
                           for r in readers.get(o, []))
                for o in empty):
             continue

@@ -1,6 +1,6 @@
 """The one registry of every way lowerer changes a node, and the one :meth:`Registry.resolve`.
 
-Every way is an :class:`Entry`, keyed by ``(domain, op, from, to)`` for a version step or a span
+Every way is a :class:`RegistryEntry`, keyed by ``(domain, op, from, to)`` for a version step or a span
 of versions, or by ``(domain, op, form)`` for a form the caller picks:
 
 ========================  =====================================  ======================================
@@ -50,7 +50,7 @@ if TYPE_CHECKING:
     from lowerer.steps.emitter import Emitter, Rule
     from lowerer.steps.specialize import MadeRewrite
 
-__all__ = ["DOWN", "NO_REQUEST", "PICKED", "REGISTRY", "UP", "Adapter", "Entry", "Kind", "Lowering", "Registry",
+__all__ = ["DOWN", "NO_REQUEST", "PICKED", "REGISTRY", "UP", "Adapter", "Kind", "Lowering", "Registry", "RegistryEntry",
            "Request", "Resolution", "adapter", "history", "lowering", "made_rewrite"]
 
 DOWN = "down"
@@ -97,7 +97,7 @@ def step_ends(step: Step, direction: str) -> tuple[int, int]:
 
 
 @dataclass(frozen=True)
-class Entry:
+class RegistryEntry:
     """One way of changing a node.
 
     Attributes:
@@ -144,7 +144,7 @@ class Request:
     Attributes:
         decompose: lowerer's own decompositions asked for, by name (``hardmax``, ``globalmaxpool``).
         expand: ops to expand into their function bodies (schema spelling).
-        no_loops: refuse the forms that write a node as a loop over its data (:attr:`Entry.loop_form`).
+        no_loops: refuse the forms that write a node as a loop over its data (:attr:`RegistryEntry.loop_form`).
         fold_dequantize: fold a DequantizeLinear of constants into a float constant where the target's
             DequantizeLinear cannot express it (:mod:`lowerer.rules.dequantize_fold`).
         loops_refused_by: who refuses the loop forms when not ``--no-loops``: a runtime without Loop
@@ -175,11 +175,11 @@ class Resolution:
         why: why this entry (an expansion's reason, for reports).
     """
 
-    entry: Entry
+    entry: RegistryEntry
     far: int | None
     step: Step | None = None
     direction: str | None = None
-    fallback: Entry | None = None
+    fallback: RegistryEntry | None = None
     why: str = ""
 
     def describe(self) -> str:
@@ -194,19 +194,19 @@ class Resolution:
 
 @dataclass
 class Registry:
-    """Every :class:`Entry`, and :meth:`resolve`, the one dispatch order."""
+    """Every :class:`RegistryEntry`, and :meth:`resolve`, the one dispatch order."""
 
-    _steps: dict[tuple[str, str, int, int], Entry] = field(default_factory=dict)
+    _steps: dict[tuple[str, str, int, int], RegistryEntry] = field(default_factory=dict)
     _spans: dict[tuple[str, str], Rule] = field(default_factory=dict)
-    _forms: dict[tuple[str, str, str], Entry] = field(default_factory=dict)
-    _lowerings: dict[tuple[str, str, int], Entry] = field(default_factory=dict)
+    _forms: dict[tuple[str, str, str], RegistryEntry] = field(default_factory=dict)
+    _lowerings: dict[tuple[str, str, int], RegistryEntry] = field(default_factory=dict)
     _made: dict[str, MadeRewrite] = field(default_factory=dict)
     #: Decompositions by the name callers pass to ``decompose``.
     decompositions: dict[str, Rule] = field(default_factory=dict)
     sealed: bool = False
 
     # -- registering -------------------------------------------------------------------------
-    def _add_step(self, entry: Entry) -> None:
+    def _add_step(self, entry: RegistryEntry) -> None:
         assert isinstance(entry.key, tuple)
         key = (entry.domain, entry.op, *entry.key)
         if key in self._steps:
@@ -219,7 +219,7 @@ class Registry:
 
         ``version`` is the newer side of the step; a version that is not a step of the op's history is an
         error at import. Each entry is named ``<op>_<from>_<to>``. ``loop_form``: the loop over the node's
-        data the adapter may write (see :attr:`Entry.loop_form`; it says so with
+        data the adapter may write (see :attr:`RegistryEntry.loop_form`; it says so with
         :meth:`~lowerer.steps.emitter.Emitter.loop_form`). Example::
 
             @adapter("Shape", 15, DOWN)
@@ -243,12 +243,12 @@ class Registry:
         self._add_step(self._step_entry("refusal", op, version, direction, None, why))
 
     @staticmethod
-    def _step_entry(kind: Kind, op: str, version: int, direction: str, handler: Any, why: str = "") -> Entry:
+    def _step_entry(kind: Kind, op: str, version: int, direction: str, handler: Any, why: str = "") -> RegistryEntry:
         versions = history(op)
         if version not in versions or versions.index(version) == 0:
             raise RuntimeError(f"{op}-{version} is not the newer side of a step of {op} (versions {versions})")
         start, end = step_ends(table_step(op, version), direction)
-        return Entry(kind, op, (start, end), f"{op.lower()}_{start}_{end}", handler, why)
+        return RegistryEntry(kind, op, (start, end), f"{op.lower()}_{start}_{end}", handler, why)
 
     def lowering(self, op: str, versions: int | tuple[int, ...] | None = None, budgeted: bool = False
                  ) -> Callable[[Lowering], Lowering]:
@@ -271,7 +271,7 @@ class Registry:
                 key = ("", op, v)
                 if key in self._lowerings:
                     raise RuntimeError(f"two lowerings for {op}-{v}")
-                self._lowerings[key] = Entry("lowering", op, (v, 0), f"{op.lower()}_{v}_lowering", fn,
+                self._lowerings[key] = RegistryEntry("lowering", op, (v, 0), f"{op.lower()}_{v}_lowering", fn,
                                              budgeted=budgeted)
             return fn
 
@@ -302,7 +302,7 @@ class Registry:
         """The rewrites of made nodes registered with :meth:`made_rewrite`, by op."""
         return MappingProxyType(self._made)
 
-    def lowering_entry(self, op: str, version: int) -> Entry | None:
+    def lowering_entry(self, op: str, version: int) -> RegistryEntry | None:
         """The lowering registered for ``op``-``version``, or None."""
         return self._lowerings.get(("", op, version))
 
@@ -323,39 +323,40 @@ class Registry:
         assert rule.decomposition is not None
         self.decompositions[rule.decomposition] = rule
         for op in rule.op_types:
-            self._forms[("", op, rule.decomposition)] = Entry("decomposition", op, rule.decomposition, rule.name, rule)
+            entry = RegistryEntry("decomposition", op, rule.decomposition, rule.name, rule)
+            self._forms[("", op, rule.decomposition)] = entry
 
     def form(self, name: str, ops: tuple[str, ...], make: Callable[..., Rule]) -> None:
         """Register a backend form ``name`` of ``ops`` (``*``: any op): ``make(*params)`` builds its rule."""
         for op in ops:
-            self._forms[("", op, name)] = Entry("form", op, name, name, make)
+            self._forms[("", op, name)] = RegistryEntry("form", op, name, name, make)
 
     def seal(self) -> None:
         """Mark the registry complete (:mod:`lowerer.rules` has registered everything)."""
         self.sealed = True
 
     # -- reading -----------------------------------------------------------------------------
-    def entries(self) -> Iterator[Entry]:
+    def entries(self) -> Iterator[RegistryEntry]:
         """Every registered entry (spans as one ``rule`` entry per op)."""
         yield from self._steps.values()
         yield from self._forms.values()
         yield from self._lowerings.values()
         for (domain, op), rule in self._spans.items():
-            yield Entry("rule", op, (0, 0), rule.name, rule, domain=domain)
+            yield RegistryEntry("rule", op, (0, 0), rule.name, rule, domain=domain)
 
-    def loop_forms(self) -> list[Entry]:
-        """Every entry that may write a node as a loop over its data (:attr:`Entry.loop_form` set)."""
+    def loop_forms(self) -> list[RegistryEntry]:
+        """Every entry that may write a node as a loop over its data (:attr:`RegistryEntry.loop_form` set)."""
         return [e for e in self.entries() if e.loop_form]
 
     def span_rule(self, op: str) -> Rule | None:
         """The op-wide rule lowerer owns for ``op``, or None."""
         return self._spans.get(("", op))
 
-    def step_entry(self, op: str, start: int, end: int) -> Entry | None:
+    def step_entry(self, op: str, start: int, end: int) -> RegistryEntry | None:
         """The entry registered for ``op``'s step from since-version ``start`` to ``end`` (None: generic)."""
         return self._steps.get(("", op, start, end))
 
-    def form_entry(self, op: str, name: str) -> Entry:
+    def form_entry(self, op: str, name: str) -> RegistryEntry:
         """The form (or decomposition, or ``expand``) ``name`` of ``op``."""
         if name in ("expand", FUNCTION_BODY):
             return expansion_entry(op)
@@ -393,7 +394,7 @@ class Registry:
         for name in request.decompose:
             decomposition = self.decompositions[name]
             if op in decomposition.op_types:
-                return Resolution(Entry("decomposition", op, name, decomposition.name, decomposition), target)
+                return Resolution(RegistryEntry("decomposition", op, name, decomposition.name, decomposition), target)
         if op in request.expand:
             return Resolution(expansion_entry(op), None, why="asked for")
         tv = since_version(op, target)
@@ -414,7 +415,7 @@ class Registry:
         direction = DOWN if tv < version else UP
         step = next_step(op, version, direction)
         start, end = step_ends(step, direction)
-        entry = self.step_entry(op, start, end) or Entry("generic", op, (start, end), "generic")
+        entry = self.step_entry(op, start, end) or RegistryEntry("generic", op, (start, end), "generic")
         fallback = None
         if direction == DOWN:
             fallback = lowering if lowering is not None else expansion_entry(op) if has_body(op, version) else None
@@ -426,8 +427,8 @@ class Registry:
             return None
         key = (version, tv or 0)
         if key in rule.same_meaning:
-            return Resolution(Entry("same-meaning", op, key, f"{op.lower()}_{version}_{tv}", rule), target)
-        return Resolution(Entry("rule", op, key, rule.name, rule), target)
+            return Resolution(RegistryEntry("same-meaning", op, key, f"{op.lower()}_{version}_{tv}", rule), target)
+        return Resolution(RegistryEntry("rule", op, key, rule.name, rule), target)
 
     def explain(self, op: str, source_version: int, target_version: int, request: Request = NO_REQUEST) -> list[str]:
         """One line per step (or span) crossed from ``source_version`` to ``target_version``, and what crosses it.
@@ -454,14 +455,14 @@ class Registry:
 
 
 @functools.cache
-def expansion_entry(op: str) -> Entry:
+def expansion_entry(op: str) -> RegistryEntry:
     """The function-body expansion entry of ``op`` (schema-derived: any op whose schema has a body)."""
-    return Entry("expansion", op, FUNCTION_BODY, "function-expansion")
+    return RegistryEntry("expansion", op, FUNCTION_BODY, "function-expansion")
 
 
-def missing_entry(op: str, target: int) -> Entry:
+def missing_entry(op: str, target: int) -> RegistryEntry:
     """The refusal of an op that does not exist at ``target`` and has no body."""
-    return Entry("refusal", op, FUNCTION_BODY, "missing", why=f"{op} does not exist at opset {target}")
+    return RegistryEntry("refusal", op, FUNCTION_BODY, "missing", why=f"{op} does not exist at opset {target}")
 
 
 #: The registry :mod:`lowerer.rules` fills (and seals).

@@ -37,7 +37,8 @@ from onnx import helper, numpy_helper
 from lowerer.core.opsets import since_version
 from lowerer.facts import reference
 from lowerer.facts.body_shapes import body_input_types
-from lowerer.facts.shapes import value_type
+from lowerer.facts.value_types import value_type
+from lowerer.model_io.node_attributes import int_attribute
 from lowerer.model_io.scopes import has_subgraphs, node_graphs
 from lowerer.steps.emitter import Emitter
 
@@ -102,8 +103,8 @@ def _shape_entries(state: _State, node: onnx.NodeProto) -> list[int | None] | No
     if dims is None:
         return None
     entries: list[int | None] = [d if isinstance(d, int) else None for d in dims]
-    start = next((a.i for a in node.attribute if a.name == "start"), 0)
-    end = next((a.i for a in node.attribute if a.name == "end"), None)
+    start = int_attribute(node, "start", 0)
+    end = int_attribute(node, "end", None)
     return entries[slice(start, end)]
 
 
@@ -227,7 +228,7 @@ def fold(nodes: list[onnx.NodeProto], em: Emitter, opset: int, keep: set[str],
                                     to=em.facts.elem_type(node.input[1]),
                                     **{a.name: a.i for a in node.attribute if a.name == "saturate"})
         if node.op_type == "Cast" and node.domain in ("", "ai.onnx") and state.value(node.input[0]) is None \
-                and em.facts.elem_type(node.input[0]) == next((a.i for a in node.attribute if a.name == "to"), -1):
+                and em.facts.elem_type(node.input[0]) == int_attribute(node, "to", -1):
             node = helper.make_node("Identity", [node.input[0]], [node.output[0]], name=node.name)  # a no-op Cast
         partial = _partial(state, node)
         if isinstance(partial, list) and None in partial:
@@ -394,7 +395,7 @@ def flatten_free_layer_norm(body: onnx.FunctionProto, em: Emitter) -> None:
     if rank is None or not all(w in names for w in wanted) or names["X2D"].op_type != "Flatten" \
             or names["Y"].op_type != "Reshape":
         return
-    axis = next((a.i for a in node.attribute if a.name == "axis"), -1)
+    axis = int_attribute(node, "axis", -1)
     axis = axis + rank if axis < 0 else axis
     if not 0 <= axis < rank or not _laid_out_like(em, list(node.input[1:3]), rank - axis):
         return

@@ -33,7 +33,8 @@ import onnx
 if TYPE_CHECKING:
     from lowerer.core.report import Crossing
     from lowerer.facts.constants import ConstantIndex, ShapeEntry
-    from lowerer.facts.shapes import ShapeIndex, ValueType
+    from lowerer.facts.shapes import ShapeIndex
+    from lowerer.facts.value_types import ValueType
     from lowerer.model_io.naming import NameGenerator
     from lowerer.model_io.scopes import Scope
 

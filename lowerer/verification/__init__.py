@@ -25,19 +25,12 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from lowerer.verification.check import CheckResult, Progress, RewriteVerifier
-from lowerer.verification.providers import available_providers, select_providers
+from lowerer.verification.check import CheckCounter, RewriteVerifier
 
-__all__ = [
-    "CheckResult",
-    "RewriteVerifier",
-    "available_providers",
-    "make_verifier",
-    "select_providers",
-]
+__all__ = ["make_verifier"]
 
 
-def make_verifier(providers: Sequence[str] | None = None, seed: int = 0, progress: Progress | None = None,
+def make_verifier(providers: Sequence[str] | None = None, seed: int = 0, progress: CheckCounter | None = None,
                   max_ulp: int | None = None, exact: bool = False) -> RewriteVerifier:
     """A callable that verifies one :class:`~lowerer.core.report.Rewrite` (its status set, or VerificationError).
 

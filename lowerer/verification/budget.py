@@ -14,7 +14,7 @@ from pathlib import Path
 
 import onnx
 
-from lowerer.model_io import iter_tensors
+from lowerer.model_io.external_data import iter_tensors
 
 __all__ = ["available_memory", "claimed_bytes", "external_tensors"]
 

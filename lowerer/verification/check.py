@@ -24,7 +24,6 @@ from lowerer.model_io.scopes import MAIN_GRAPH
 from lowerer.verification import blame
 from lowerer.verification.canon import Canon as _Canon
 from lowerer.verification.canon import canon_of
-from lowerer.verification.compare import ARITHMETIC_OPS
 from lowerer.verification.inputs import bind_shapes, min_rank_for, set_kinds
 from lowerer.verification.models import small_model
 from lowerer.verification.narrowing import narrowing_problem
@@ -37,19 +36,19 @@ from lowerer.verification.specs import (
     element_sets,
     input_specs,
     invalid_graph,
-    strict_check,
     structure_problem,
 )
 from lowerer.verification.trial import Trial, run_shapes
 from lowerer.verification.worker import KNOWN_ABORTS, VerificationWorker, aborts_on
 
-__all__ = ["ARITHMETIC_OPS", "CheckResult", "RewriteVerifier", "canon_of", "strict_check"]
+__all__ = ["CheckCounter", "RewriteVerifier"]
 
-Progress = Callable[[int, int], None]
+#: Called with (rewrites seen, distinct checks run) after each rewrite.
+CheckCounter = Callable[[int, int], None]
 
 
 class RewriteVerifier:
-    """The :data:`lowerer.passes.pipeline.Verifier`: checks each rewrite, reusing results of identical ones.
+    """The :data:`lowerer.passes.walk.Verifier`: checks each rewrite, reusing results of identical ones.
 
     Args:
         providers: execution providers (see :func:`~lowerer.verification.providers.select_providers`).
@@ -57,7 +56,7 @@ class RewriteVerifier:
         progress: called with (rewrites seen, distinct checks run) after each rewrite.
     """
 
-    def __init__(self, providers: Sequence[str] | None = None, seed: int = 0, progress: Progress | None = None,
+    def __init__(self, providers: Sequence[str] | None = None, seed: int = 0, progress: CheckCounter | None = None,
                  max_ulp: int | None = None, exact: bool = False) -> None:
         self.providers = select_providers(providers)
         self.seed = seed

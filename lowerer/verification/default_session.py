@@ -33,7 +33,8 @@ from typing import Any
 
 import onnx
 
-from lowerer.verification.feeds import generate_sets, model_inputs
+from lowerer.verification.feeds import generate_sets
+from lowerer.verification.graph_inputs import model_inputs
 from lowerer.verification.ort import load_onnxruntime
 from lowerer.verification.runner import EXTERNAL_DATA_FOLDER, quiet_session_options
 

@@ -10,6 +10,8 @@ from __future__ import annotations
 import numpy as np
 import onnx
 
+from lowerer.model_io.node_attributes import int_attribute
+
 __all__ = ["into_domain", "outside_spec"]
 
 
@@ -29,10 +31,6 @@ def outside_spec(node: onnx.NodeProto, feeds: dict[str, np.ndarray], fixed: dict
     return None
 
 
-def _attr_int(node: onnx.NodeProto, name: str, default: int) -> int:
-    return next((int(a.i) for a in node.attribute if a.name == name), default)
-
-
 def into_domain(node: onnx.NodeProto, feeds: dict[str, np.ndarray]) -> None:
     """Generated values moved into the original op's domain, where random ones would make it fail.
 
@@ -49,7 +47,7 @@ def into_domain(node: onnx.NodeProto, feeds: dict[str, np.ndarray]) -> None:
         return
     if op in ("GatherND", "ScatterND") and len(ins) > 1 and ins[0] in feeds and ins[1] in feeds:
         data, idx = feeds[ins[0]], feeds[ins[1]]
-        batch = _attr_int(node, "batch_dims", 0) if op == "GatherND" else 0
+        batch = int_attribute(node, "batch_dims", 0) if op == "GatherND" else 0
         k = idx.shape[-1] if idx.ndim else 0
         if idx.dtype.kind in "iu" and 0 < k <= data.ndim - batch:
             dims = np.array(data.shape[batch:batch + k], np.int64)
@@ -58,7 +56,7 @@ def into_domain(node: onnx.NodeProto, feeds: dict[str, np.ndarray]) -> None:
     elif op in ("Gather", "GatherElements", "ScatterElements") and len(ins) > 1 and ins[0] in feeds \
             and ins[1] in feeds:
         data, idx = feeds[ins[0]], feeds[ins[1]]
-        axis = _attr_int(node, "axis", 0)
+        axis = int_attribute(node, "axis", 0)
         axis = axis + data.ndim if axis < 0 else axis
         dim = data.shape[axis] if 0 <= axis < data.ndim else 0
         if dim > 0 and idx.dtype.kind in "iu":
@@ -98,7 +96,7 @@ def _run_time_parameters(op: str, ins: list[str], node: onnx.NodeProto, feeds: d
         feeds[ins[1]] = _axes_in_range(value, data.ndim)
         return True
     if op == "Split" and value.ndim == 1 and value.size > 0:
-        axis = _attr_int(node, "axis", 0)
+        axis = int_attribute(node, "axis", 0)
         axis = axis + data.ndim if axis < 0 else axis
         if 0 <= axis < data.ndim:
             dim, parts = data.shape[axis], value.size

@@ -16,7 +16,7 @@ that only move values) are generated inside the range the data allows: ``0 .. si
 indexed dim, where that size is static (or bound by the generated shapes).
 
 The inputs' specs and the options' parsing live in :mod:`.graph_inputs`, the index-like inputs in
-:mod:`.index_inputs`; their public names are importable from here too.
+:mod:`.index_inputs`.
 """
 
 from __future__ import annotations
@@ -47,19 +47,18 @@ from lowerer.verification.graph_inputs import (
     parse_value_range,
     type_name,
 )
-from lowerer.verification.index_inputs import IndexUse, find_index_uses, index_range
+from lowerer.verification.index_inputs import find_index_uses, index_range
 from lowerer.verification.inputs import generate
 
+# FeedSet, merge_specs, model_inputs, parse_input_shapes, parse_value_range: imported from here by
+# lowerer/backends/deployment.py and lowerer/cli/groups.py until those imports name lowerer.verification.graph_inputs
 __all__ = [
     "FeedSet",
-    "IndexUse",
-    "InputSpec",
-    "find_index_uses",
     "generate_sets",
     "load_sets",
-    "model_sets",
     "merge_specs",
     "model_inputs",
+    "model_sets",
     "parse_input_shapes",
     "parse_value_range",
     "recorded",
@@ -70,10 +69,10 @@ logger = logging.getLogger(__name__)
 
 _BF16 = np.dtype(ml_dtypes.bfloat16)
 #: The kinds of generated input sets, per binding of the dynamic dims.
-KINDS = ("normal", "ties", "all-equal")
+MODEL_SET_KINDS = ("normal", "ties", "all-equal")
 #: The kinds added where an input is float and ``special`` is asked (the whole-model and deployment checks):
 #: ±inf sprinkled in (judged) and NaN sprinkled in (recorded, not judged); see :mod:`lowerer.verification.inputs`.
-SPECIAL_KINDS = ("inf", "nan")
+MODEL_SPECIAL_KINDS = ("inf", "nan")
 #: Of the kinds, those whose comparison is recorded, never judged.
 RECORDED_KINDS = frozenset({"nan"})
 #: The sizes dynamic dims are bound to (one binding each), unless ``input_shapes`` fixes them all.
@@ -174,8 +173,8 @@ def generate_sets(model: onnx.ModelProto, specs: Sequence[InputSpec], *, seed_ke
                   special: bool = False) -> tuple[list[FeedSet], list[str]]:
     """The generated input sets, and notes on how index-like inputs and ranges were chosen.
 
-    ``special``: after the :data:`KINDS` sets, one set per :data:`SPECIAL_KINDS` kind and binding where an
-    input is float (not steered by a range or an index use), the others ``normal`` there.
+    ``special``: after the :data:`MODEL_SET_KINDS` sets, one set per :data:`MODEL_SPECIAL_KINDS` kind and binding
+    where an input is float (not steered by a range or an index use), the others ``normal`` there.
 
     Raises:
         InputError: ``input_shapes`` or ``value_ranges`` that do not fit the model's inputs.
@@ -189,7 +188,7 @@ def generate_sets(model: onnx.ModelProto, specs: Sequence[InputSpec], *, seed_ke
     notes: list[str] = []
     sets: list[FeedSet] = []
     for binding in _bindings(specs, shapes):
-        for kind in KINDS:
+        for kind in MODEL_SET_KINDS:
             feeds: dict[str, np.ndarray] = {}
             for spec in specs:
                 shape = binding[spec.name]
@@ -236,14 +235,14 @@ def model_sets(model: onnx.ModelProto, specs: Sequence[InputSpec], *, seed: int,
 def _special_sets(specs: Sequence[InputSpec], shapes: Mapping[str, tuple[int, ...]],
                   ranges: Mapping[str, tuple[float, float]], uses: Mapping[str, Any],
                   rng: np.random.Generator) -> list[FeedSet]:
-    """The :data:`SPECIAL_KINDS` sets (after the others, so that those stay as they were for a seed)."""
+    """The :data:`MODEL_SPECIAL_KINDS` sets (after the others, so that those stay as they were for a seed)."""
     free = [s for s in specs if (s.dtype.kind == "f" or s.dtype == _BF16) and s.name not in ranges
             and s.name not in uses and "" not in ranges]
     if not free:
         return []
     out: list[FeedSet] = []
     for binding in _bindings(specs, shapes):
-        for kind in SPECIAL_KINDS:
+        for kind in MODEL_SPECIAL_KINDS:
             feeds: dict[str, np.ndarray] = {}
             for spec in specs:
                 shape = binding[spec.name]

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 import numpy as np
 import onnx
 
+from lowerer.model_io.node_attributes import int_attribute
 from lowerer.model_io.scopes import node_graphs
 from lowerer.verification.graph_inputs import InputSpec
 
@@ -117,12 +118,12 @@ class _Walker:
         if dims is None:
             return IndexUse(label, None)
         if axis_attr is None:  # GatherND / ScatterND: the smallest of the dims the indices may address
-            batch = next((int(a.i) for a in node.attribute if a.name == "batch_dims"), 0)
+            batch = int_attribute(node, "batch_dims", 0)
             addressed = list(dims[batch:])
             if not addressed or any(d is None for d in addressed):
                 return IndexUse(label, None)
             return IndexUse(label, min(int(d) for d in addressed if d is not None))
-        axis = next((int(a.i) for a in node.attribute if a.name == axis_attr), 0)
+        axis = int_attribute(node, axis_attr, 0)
         if axis < 0:
             axis += len(dims)
         if not 0 <= axis < len(dims):

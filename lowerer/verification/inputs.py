@@ -31,12 +31,12 @@ import onnx
 
 from lowerer.facts.reference import np_dtype
 
-__all__ = ["JUDGED_KINDS", "KINDS", "InputSet", "bind_shapes", "generate", "input_kind", "kinds_for", "min_rank_for",
-           "set_kinds"]
-
-KINDS = ("normal", "ties", "all-equal", "inf", "edges", "nan")
+__all__ = ["JUDGED_KINDS", "SEEDED_KINDS", "InputSet", "bind_shapes", "generate", "input_kind", "kinds_for",
+           "min_rank_for", "set_kinds"]
+#: The kinds of seeded input sets of a per-rewrite check (:mod:`.special` adds constructed ones).
+SEEDED_KINDS = ("normal", "ties", "all-equal", "inf", "edges", "nan")
 #: Kinds whose comparison decides verified/failed; the rest are recorded only.
-JUDGED_KINDS = frozenset(KINDS) - {"nan"}
+JUDGED_KINDS = frozenset(SEEDED_KINDS) - {"nan"}
 #: The most elements one generated input may have.
 MAX_ELEMENTS = 1 << 24
 
@@ -114,18 +114,18 @@ def kinds_for(elem_type: int) -> tuple[str, ...]:
     """The input-set kinds that make sense for an element type."""
     dtype = np_dtype(elem_type)
     if dtype.kind == "f" or dtype == _BF16:
-        return KINDS
+        return SEEDED_KINDS
     if dtype.kind == "b":
         return ("normal", "all-equal")
     return ("normal", "ties", "all-equal", "edges")
 
 
 def set_kinds(elem_types: Sequence[int]) -> list[str]:
-    """The kinds of input sets to run for inputs of ``elem_types``: the kinds some input takes (:data:`KINDS` order)."""
+    """The kinds of input sets to run for inputs of ``elem_types``: those some input takes (SEEDED_KINDS order)."""
     if not elem_types:
         return ["normal"]
     taken = {k for e in elem_types for k in kinds_for(e)}
-    return [k for k in KINDS if k in taken]
+    return [k for k in SEEDED_KINDS if k in taken]
 
 
 def input_kind(kind: str, elem_type: int) -> str:

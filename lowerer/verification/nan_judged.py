@@ -40,6 +40,7 @@ from __future__ import annotations
 import numpy as np
 import onnx
 
+from lowerer.model_io.node_attributes import int_attribute
 from lowerer.verification.compare import Difference
 
 __all__ = ["NAN_KINDS", "NAN_RULES", "judge_rows", "nan_rule"]
@@ -64,17 +65,13 @@ def nan_rule(node: onnx.NodeProto) -> str | None:
     return NAN_RULES.get(node.op_type)
 
 
-def _attr(node: onnx.NodeProto, name: str, default: int) -> int:
-    return next((int(a.i) for a in node.attribute if a.name == name), default)
-
-
 def _nan_rows(node: onnx.NodeProto, version: int, x: np.ndarray) -> tuple[np.ndarray, int] | None:
     """Where the reduced rows of ``x`` hold NaN, shaped like the output (keepdims), and the row length."""
     rank = x.ndim
     if rank == 0 or x.size == 0:
         return None
     hardmax = node.op_type == "Hardmax"
-    axis = _attr(node, "axis", (1 if version < 13 else -1) if hardmax else 0)
+    axis = int_attribute(node, "axis", (1 if version < 13 else -1) if hardmax else 0)
     axis = axis + rank if axis < 0 else axis
     if not 0 <= axis < rank:
         return None
@@ -85,13 +82,13 @@ def _nan_rows(node: onnx.NodeProto, version: int, x: np.ndarray) -> tuple[np.nda
     held = np.asarray(nan.any(axis=axis, keepdims=True))
     if hardmax:
         return np.broadcast_to(held, x.shape), x.shape[axis]
-    kept = held if _attr(node, "keepdims", 1) else np.asarray(np.squeeze(held, axis=axis))
+    kept = held if int_attribute(node, "keepdims", 1) else np.asarray(np.squeeze(held, axis=axis))
     return kept, x.shape[axis]
 
 
 def _ones_per_row(node: onnx.NodeProto, version: int, ones: np.ndarray) -> np.ndarray:
     """How many ones each Hardmax row of ``ones`` holds, broadcast to its shape."""
-    axis = _attr(node, "axis", 1 if version < 13 else -1)
+    axis = int_attribute(node, "axis", 1 if version < 13 else -1)
     axis = axis + ones.ndim if axis < 0 else axis
     if version < 13:
         rows = ones.reshape(int(np.prod(ones.shape[:axis], dtype=np.int64)), -1)

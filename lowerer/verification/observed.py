@@ -42,7 +42,8 @@ from lowerer.verification import blame
 from lowerer.verification.budget import available_memory, claimed_bytes, gib
 from lowerer.verification.canon import Canon, canon_of
 from lowerer.verification.check import RewriteVerifier
-from lowerer.verification.feeds import model_inputs, model_sets
+from lowerer.verification.feeds import model_sets
+from lowerer.verification.graph_inputs import model_inputs
 from lowerer.verification.inputs import MAX_ELEMENTS
 from lowerer.verification.providers import CPU
 from lowerer.verification.result import CheckResult

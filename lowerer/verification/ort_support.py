@@ -1,6 +1,6 @@
 """What the installed onnxruntime opens: its opset range, and whether it loads a model.
 
-Shared by the validation gate (:mod:`lowerer.passes.validation`), the onnxruntime policy
+Shared by the validation gate (:mod:`lowerer.passes.checker_gate`), the onnxruntime policy
 (:mod:`lowerer.passes.runtime_gate`) and the placement proof (:mod:`lowerer.backends`).
 """
 

@@ -29,6 +29,7 @@ import numpy as np
 import onnx
 
 from lowerer.facts.reference import np_dtype
+from lowerer.model_io.node_attributes import int_attribute, ints_attribute
 
 __all__ = ["SAMPLED", "sampling_edges"]
 
@@ -39,14 +40,6 @@ Constructed = tuple[str, dict[int, np.ndarray], str]
 _NON_FINITE = np.array([np.inf, -np.inf, np.nan])
 
 
-def _ints(node: onnx.NodeProto, name: str, default: list[int]) -> list[int]:
-    return next((list(a.ints) for a in node.attribute if a.name == name), default)
-
-
-def _attr(node: onnx.NodeProto, name: str, default: int) -> int:
-    return next((int(a.i) for a in node.attribute if a.name == name), default)
-
-
 def _deform_conv(node: onnx.NodeProto, dtype: np.dtype[Any], shapes: Sequence[tuple[int, ...]],
                  rng: np.random.Generator) -> list[Constructed]:
     x_shape, w_shape, o_shape = shapes[0], shapes[1], shapes[2]
@@ -54,11 +47,11 @@ def _deform_conv(node: onnx.NodeProto, dtype: np.dtype[Any], shapes: Sequence[tu
         return []
     n, _, height, width = x_shape
     kh, kw = w_shape[2], w_shape[3]
-    taps, groups = kh * kw, _attr(node, "offset_group", 1)
+    taps, groups = kh * kw, int_attribute(node, "offset_group", 1)
     if o_shape[1] != 2 * groups * taps:
         return []
-    pads, strides = _ints(node, "pads", [0, 0, 0, 0]), _ints(node, "strides", [1, 1])
-    dilations = _ints(node, "dilations", [1, 1])
+    pads, strides = ints_attribute(node, "pads", [0, 0, 0, 0]), ints_attribute(node, "strides", [1, 1])
+    dilations = ints_attribute(node, "dilations", [1, 1])
     out_h, out_w = o_shape[2], o_shape[3]
     i, j = np.repeat(np.arange(kh), kw), np.tile(np.arange(kw), kh)
     base_h = (np.arange(out_h)[None, :, None] * strides[0] - pads[0] + i[:, None, None] * dilations[0])
@@ -106,7 +99,7 @@ def _grid_sample(node: onnx.NodeProto, dtype: np.dtype[Any], shapes: Sequence[tu
     if len(x_shape) != 4 or len(g_shape) != 4 or g_shape[-1] != 2 or 0 in x_shape or 0 in g_shape:
         return []
     height, width = x_shape[2], x_shape[3]
-    align = bool(_attr(node, "align_corners", 0))
+    align = bool(int_attribute(node, "align_corners", 0))
     count = int(np.prod(g_shape[:-1], dtype=np.int64))
     xs, ys = _unnormalized_pool(width, rng), _unnormalized_pool(height, rng)
     pick_x, pick_y = rng.permutation(count) % len(xs), rng.permutation(count) % len(ys)

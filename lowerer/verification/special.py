@@ -42,12 +42,14 @@ import numpy as np
 import onnx
 
 from lowerer.facts.reference import np_dtype
+from lowerer.model_io.node_attributes import int_attribute
 from lowerer.verification.sampling import SAMPLED, sampling_edges
 
-__all__ = ["KINDS", "MAX_SETS", "constructed"]
+__all__ = ["CONSTRUCTED_KINDS", "MAX_SETS", "constructed"]
 
 #: The kinds of constructed sets (judged like the seeded kinds).
-KINDS = frozenset({"positions", "planes", "all-inf", "duplicates", "cast-edges", "signed-zeros", "sampling-edges"})
+CONSTRUCTED_KINDS = frozenset({"positions", "planes", "all-inf", "duplicates", "cast-edges", "signed-zeros",
+                               "sampling-edges"})
 #: The most constructed sets per input shape.
 MAX_SETS = 16
 
@@ -62,10 +64,6 @@ _SELECTS = {"Where": (1, 2), "ScatterElements": (0, 2), "ScatterND": (0, 2), "Sc
 
 #: One constructed set: its kind, the inputs it gives (by position), and what it covers.
 Constructed = tuple[str, dict[int, np.ndarray], str]
-
-
-def _attr(node: onnx.NodeProto, name: str, default: int) -> int:
-    return next((int(a.i) for a in node.attribute if a.name == name), default)
 
 
 def _is_float(dtype: np.dtype[Any]) -> bool:
@@ -92,7 +90,7 @@ def _rows_layout(node: onnx.NodeProto, version: int, shape: tuple[int, ...]) -> 
         return None
     coerced = node.op_type == "Hardmax" and version < 13
     default = 1 if coerced else (-1 if node.op_type == "Hardmax" else 0)
-    axis = _attr(node, "axis", default)
+    axis = int_attribute(node, "axis", default)
     axis = axis + rank if axis < 0 else axis
     if not 0 <= axis < rank:
         return None
@@ -222,7 +220,7 @@ def _selects(op: str, elems: Sequence[int], shapes: Sequence[tuple[int, ...]], r
 def _cast_edges(node: onnx.NodeProto, elems: Sequence[int], shape: tuple[int, ...]) -> list[Constructed]:
     source = np_dtype(elems[0])
     target = np_dtype(elems[1]) if node.op_type == "CastLike" and len(elems) > 1 else \
-        np_dtype(_attr(node, "to", onnx.TensorProto.FLOAT))
+        np_dtype(int_attribute(node, "to", onnx.TensorProto.FLOAT))
     pool: list[float] = [0.0, -0.0, 0.5, -0.5, 1.5, -1.5, 2.5]
     if _is_float(target):
         info = ml_dtypes.finfo(target) if target == _BF16 else np.finfo(target)  # type: ignore[no-untyped-call]

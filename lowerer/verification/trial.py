@@ -35,8 +35,7 @@ from lowerer.verification.nan_judged import NAN_KINDS, judge_rows, nan_rule
 from lowerer.verification.propagated import budget_kind
 from lowerer.verification.result import CheckResult
 from lowerer.verification.runner import Engine, OrtEngine, ReferenceEngine
-from lowerer.verification.special import KINDS as SPECIAL_KINDS
-from lowerer.verification.special import constructed
+from lowerer.verification.special import CONSTRUCTED_KINDS, constructed
 from lowerer.verification.specs import short
 from lowerer.verification.worker import OrtAbortedError, aborts_on
 
@@ -122,7 +121,7 @@ class Trial:
         arithmetic = self.budget != "exact" or (exact and budget_kind(rewrite) != "exact")
         # Range edges overflow in an order-dependent way in arithmetic kernels (a sum of +-3.4e38
         # terms is inf in one order, finite in another): recorded for them, not judged.
-        self.judged = (JUDGED_KINDS - {"edges"} if arithmetic else JUDGED_KINDS) | SPECIAL_KINDS
+        self.judged = (JUDGED_KINDS - {"edges"} if arithmetic else JUDGED_KINDS) | CONSTRUCTED_KINDS
         #: How outputs on NaN inputs are judged (:mod:`.nan_judged`; None: recorded only).
         self.nan_rule = nan_rule(canon.original)
         if self.nan_rule == "equal":

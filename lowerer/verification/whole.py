@@ -28,16 +28,8 @@ from lowerer.core.report import Report
 from lowerer.verification.blame import departure_met, nan_made_inside
 from lowerer.verification.budget import available_memory, claimed_bytes, gib
 from lowerer.verification.compare import EXACT, OutputStats, Tolerance, output_scale, statistics
-from lowerer.verification.feeds import (
-    FeedSet,
-    InputSpec,
-    generate_sets,
-    load_sets,
-    merge_specs,
-    model_inputs,
-    recorded,
-    save_sets,
-)
+from lowerer.verification.feeds import generate_sets, load_sets, recorded, save_sets
+from lowerer.verification.graph_inputs import FeedSet, InputSpec, merge_specs, model_inputs
 from lowerer.verification.propagated import ModelBudget
 from lowerer.verification.providers import CPU, select_providers
 from lowerer.verification.runner import OrtEngine, SessionMaker, ort_can_exchange

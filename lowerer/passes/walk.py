@@ -27,20 +27,15 @@ from lowerer.model_io.input_check import InputCheck
 from lowerer.model_io.ir_version import choose as choose_ir
 from lowerer.model_io.naming import NameGenerator
 from lowerer.model_io.scopes import Scope, iter_scopes, subgraphs_of, used_names
+from lowerer.passes.checker_gate import NodeGate, RewriteChecker
 from lowerer.passes.relabels import RelabelCheck
-from lowerer.passes.scan_shapes import (
-    SCAN_NEEDS_SHAPES_BELOW,
-    refuse_unshaped_scan_body,
-    scan_body_output_dims,
-    unshaped_scan_output,
-)
-from lowerer.passes.validation import NodeGate, RewriteChecker
+from lowerer.passes.scan_shapes import refuse_unshaped_scan_body, scan_body_output_dims
 from lowerer.rules import REGISTRY
-from lowerer.steps.engine import Conversion, Picker, StepEngine
+from lowerer.steps.conversion import Conversion, Picker
+from lowerer.steps.engine import StepEngine
 from lowerer.steps.registry import NO_REQUEST, Request
 
-__all__ = ["SCAN_NEEDS_SHAPES_BELOW", "ConversionWalk", "Verifier", "refuse_unshaped_scan_body", "run_pipeline",
-           "unshaped_scan_output"]
+__all__ = ["ConversionWalk", "Verifier", "run_walk"]
 
 logger = logging.getLogger(__name__)
 
@@ -421,7 +416,7 @@ def _rank(shapes: ShapeIndex, scope: Scope, name: str) -> int | None:
     return None if vt is None or vt[1] is None else len(vt[1])
 
 
-def run_pipeline(
+def run_walk(
     model: onnx.ModelProto,
     *,
     target_opset: int | None = None,

@@ -32,7 +32,7 @@ from lowerer.model_io.scopes import has_subgraphs
 from lowerer.verification.ort_support import CHECKED_MODELS
 
 if TYPE_CHECKING:
-    from lowerer.facts.shapes import ValueType
+    from lowerer.facts.value_types import ValueType
 
 __all__ = ["NodeGate", "RewriteChecker", "as_model", "check_output", "validate_output"]
 
@@ -97,7 +97,7 @@ class RewriteChecker:
 
     def __call__(self, rewrite: Rewrite) -> None:
         """Check ``rewrite`` (the first of its pattern: see :meth:`first`)."""
-        from lowerer.verification.check import canon_of  # the verifier's canonical form
+        from lowerer.verification.canon import canon_of  # the verifier's canonical form
         from lowerer.verification.models import small_model
 
         canon = canon_of(rewrite)
@@ -183,8 +183,8 @@ def _type_key(vt: tuple[int, list[int | str | None] | None] | None) -> object:
 
 def _inferred(model: onnx.ModelProto) -> list[ValueType | None] | str:
     """The output types strict inference gives ``model`` (after its nodes' schema checks), or why it fails."""
-    from lowerer.facts.shapes import value_type
-    from lowerer.verification.check import strict_check
+    from lowerer.facts.value_types import value_type
+    from lowerer.verification.specs import strict_check
 
     try:
         inferred = strict_check(model)
@@ -219,7 +219,7 @@ def _type_mismatch(before: list[ValueType | None], after: list[ValueType | None]
 
 def _checkable(model: onnx.ModelProto, serialized: bytes | None = None) -> onnx.ModelProto | str:
     """``model`` as the checker may see it without opening files (a copy when it has external data)."""
-    from lowerer.model_io import external_data_locations
+    from lowerer.model_io.external_data import external_data_locations
 
     if not external_data_locations(model, serialized):
         return model
