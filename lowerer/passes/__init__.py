@@ -230,15 +230,15 @@ def converts_for_backend(state: State, opset: int) -> bool:
     from lowerer.backends.lowering import finish
     from lowerer.backends.plan import BackendPlan
     from lowerer.core.errors import ConversionError, InputError
-    from lowerer.passes.pipeline import run_pipeline
+    from lowerer.passes.walk import run_walk
 
     assert state.plan is not None
     trial = onnx.ModelProto()
     trial.CopyFrom(state.model)
     plan = BackendPlan(state.plan.profile)
     try:
-        report = run_pipeline(trial, target_opset=opset, request=state.options.request, picker=plan.pick,
-                              picked_ops=plan.picked_ops)
+        report = run_walk(trial, target_opset=opset, request=state.options.request, picker=plan.pick,
+                          picked_ops=plan.picked_ops)
         finish(trial, plan, report, warn=False)
     except (ConversionError, InputError):
         return False
