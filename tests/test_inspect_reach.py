@@ -11,7 +11,7 @@ from _convert_helpers import float_mod_model
 from click.testing import CliRunner
 
 from lowerer.cli import main
-from lowerer.cli.inspection import opset_reach, reachable_opsets
+from lowerer.cli.inspect_report import opset_reach, reachable_opsets
 from lowerer.passes.reach import limit
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -115,7 +115,7 @@ def _converted(tmp_path: Path, args: list[str]) -> tuple[int, dict, str]:
 
 
 def _groups(rewrites: list[dict]) -> list[tuple[str, int, str, int]]:
-    from lowerer.cli.inspection import group_rewrites
+    from lowerer.cli.inspect_report import group_rewrites
 
     return sorted((g["op_type"], g["from_version"], g["rule"], g["count"]) for g in group_rewrites(rewrites))
 

@@ -30,7 +30,8 @@ if TYPE_CHECKING:
 
     from lowerer.core.errors import ConversionError
     from lowerer.core.report import Report
-    from lowerer.model_io import InputModel, OutputPlan
+    from lowerer.model_io.reading import InputModel
+    from lowerer.model_io.saving import OutputPlan
     from lowerer.passes.options import ConvertOptions
 
 __all__ = ["convert"]
@@ -55,7 +56,8 @@ def convert(input_path: Path, **values: Any) -> None:
     Nothing is written when a node cannot be converted exactly (exit 2) or a rewrite fails
     verification (exit 1); an existing OUT.onnx is then left untouched.
     """
-    from lowerer.model_io import load_input, plan_outputs
+    from lowerer.model_io.reading import load_input
+    from lowerer.model_io.saving import plan_outputs
     from lowerer.passes.options import ConvertOptions
 
     # Options, then the input, then every output path: all checked before any work.
@@ -101,7 +103,7 @@ def _convert_and_write(source: InputModel, plan: OutputPlan, options: ConvertOpt
     from lowerer.api import run
     from lowerer.core.errors import ConversionError, VerificationError
     from lowerer.core.opsets import default_opset
-    from lowerer.model_io import write_outputs
+    from lowerer.model_io.saving import write_outputs
 
     progress = TerminalProgress()
     command = ["lowerer", *sys.argv[1:]]
@@ -166,7 +168,7 @@ def _report_refused_input(error: ModelRefusedError, input_path: Path, output_pat
                           options: ConvertOptions) -> None:
     """Write the report of a model refused as it was read (its paths checked first; if they fail, no report)."""
     from lowerer.core.errors import InputError
-    from lowerer.model_io import plan_outputs, write_outputs
+    from lowerer.model_io.saving import plan_outputs, write_outputs
 
     try:
         plan = plan_outputs(output_path, source_dir=input_path.parent, input_model=input_path, report=report_path)
@@ -192,7 +194,8 @@ def _record_budget(model: onnx.ModelProto, report: Report, options: ConvertOptio
 
 def _check_save_inputs(path: Path, reads: list[Path], writes: list[Path]) -> None:
     """--save-inputs must not land on a model, one of its data files, another input or output."""
-    from lowerer.model_io import external_data_locations, load_model
+    from lowerer.model_io.external_data import external_data_locations
+    from lowerer.model_io.reading import load_model
 
     data_files = []
     for model_path in [p for p in reads if p.suffix != ".npz"]:

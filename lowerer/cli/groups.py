@@ -261,7 +261,7 @@ class ModelCheckArgs(ArgGroup):
             InputError: a malformed or contradictory option.
         """
         from lowerer.verification.compare import Tolerance
-        from lowerer.verification.feeds import parse_input_shapes, parse_value_range
+        from lowerer.verification.graph_inputs import parse_input_shapes, parse_value_range
         from lowerer.verification.whole import ModelCheckOptions
 
         given = cls.take(values)

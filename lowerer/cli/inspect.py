@@ -53,7 +53,7 @@ def inspect(input_path: Path, reach: bool, **values: Any) -> None:
     nodes BACKEND cannot run and what lowerer would do with each, the other rewrites, and the
     exit convert would have.
     """
-    from lowerer.cli.inspection import inspect_model
+    from lowerer.cli.inspect_report import inspect_model
 
     as_json, conversion = OutputArgs.take(values)["as_json"], ConversionArgs.take(values)
     if conversion["allow_fallback"] and conversion["for_backend"] is None:
@@ -76,7 +76,7 @@ def inspect(input_path: Path, reach: bool, **values: Any) -> None:
 def _inspect_backend(input_path: Path, conversion: dict[str, Any], as_json: bool) -> None:
     """``inspect --for``: the table of what lowerer would do, then convert's refusal (exit 2) when it would refuse."""
     from lowerer.backends.lowering import backend_table
-    from lowerer.cli.inspection import inspect_backend
+    from lowerer.cli.inspect_report import inspect_backend
 
     found = inspect_backend(input_path, conversion["for_backend"], target_opset=conversion["target_opset"],
                             decompose=conversion["decompose"], allow_fallback=bool(conversion["allow_fallback"]),

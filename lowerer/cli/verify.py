@@ -57,7 +57,8 @@ def verify(first_path: Path, second_path: Path, **values: Any) -> None:
     inputs (unless --allow-unverified), 2 when a model cannot be read or the two take
     different inputs.
     """
-    from lowerer.model_io import external_data_locations, load_model
+    from lowerer.model_io.external_data import external_data_locations
+    from lowerer.model_io.reading import load_model
     from lowerer.verification.whole import ModelSource, compare_models
 
     verification = VerificationArgs.take(values)

@@ -30,18 +30,8 @@ everything else is imported from the module that defines it.
 from __future__ import annotations
 
 from lowerer.model_io.external_data import external_data_locations
-from lowerer.model_io.reading import InputModel, load_input, load_model
-from lowerer.model_io.saving import OutputPlan, plan_outputs, save_model, write_outputs
+from lowerer.model_io.saving import save_model
 
-# All but save_model: imported from here by lowerer/backends/ and lowerer/cli/ until those imports name the
-# defining modules (tests/test_no_reexports.py's PENDING)
-__all__ = [
-    "InputModel",
-    "OutputPlan",
-    "external_data_locations",
-    "load_input",
-    "load_model",
-    "plan_outputs",
-    "save_model",
-    "write_outputs",
-]
+# external_data_locations: imported from here by lowerer/backends/ until its imports name the defining module
+# (tests/test_no_reexports.py's PENDING)
+__all__ = ["external_data_locations", "save_model"]

@@ -51,7 +51,7 @@ if TYPE_CHECKING:
     from lowerer.model_io.input_check import InputCheck
     from lowerer.verification.observed import ObservedSource
 
-__all__ = ["PIPELINE", "Pass", "State", "converts_for_backend", "run_passes"]
+__all__ = ["INSPECTION", "PIPELINE", "Pass", "State", "converts_for_backend", "run_passes"]
 
 logger = logging.getLogger(__name__)
 
@@ -207,9 +207,15 @@ def _observed_source(state: State) -> ObservedSource:
 
 
 class BackendPass(Pass):
-    """What the backend profile still names after the walk: refused, or kept with ``allow_fallback``."""
+    """What the backend profile still names after the walk: refused, or kept with ``allow_fallback``.
+
+    ``warn``: a warning line per node kept (not in :data:`INSPECTION`, whose caller lists them).
+    """
 
     name = "backend"
+
+    def __init__(self, warn: bool = True) -> None:
+        self.warn = warn
 
     def applies(self, state: State) -> bool:
         return state.plan is not None
@@ -218,7 +224,8 @@ class BackendPass(Pass):
         from lowerer.backends.lowering import finish
 
         assert state.plan is not None
-        finish(state.model, state.plan, state.report, converts_at=lambda opset: converts_for_backend(state, opset))
+        finish(state.model, state.plan, state.report, warn=self.warn,
+               converts_at=lambda opset: converts_for_backend(state, opset))
 
 
 def converts_for_backend(state: State, opset: int) -> bool:
@@ -404,6 +411,10 @@ class DeploymentPass(Pass):
 #: The passes, in order.
 PIPELINE: tuple[Pass, ...] = (ImportsPass(), ConvertPass(), BackendPass(), CleanupPass(), ValidatePass(),
                               ModelCheckPass(), OptimizePass(), UsersSessionPass(), PlacementPass(), DeploymentPass())
+#: ``lowerer inspect``'s dry run: :data:`PIPELINE` without the placement proof (it opens the backend's provider),
+#: the backend pass without its warning lines.
+INSPECTION: tuple[Pass, ...] = tuple(BackendPass(warn=False) if isinstance(p, BackendPass) else p
+                                     for p in PIPELINE if not isinstance(p, PlacementPass))
 
 
 def run_passes(state: State, passes: tuple[Pass, ...] = PIPELINE) -> None:

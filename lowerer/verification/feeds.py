@@ -43,15 +43,13 @@ from lowerer.verification.graph_inputs import (
     listing,
     merge_specs,
     model_inputs,
-    parse_input_shapes,
-    parse_value_range,
     type_name,
 )
 from lowerer.verification.index_inputs import find_index_uses, index_range
 from lowerer.verification.inputs import generate
 
-# FeedSet, merge_specs, model_inputs, parse_input_shapes, parse_value_range: imported from here by
-# lowerer/backends/deployment.py and lowerer/cli/groups.py until those imports name lowerer.verification.graph_inputs
+# FeedSet, merge_specs, model_inputs: imported from here by lowerer/backends/deployment.py until its imports name
+# lowerer.verification.graph_inputs
 __all__ = [
     "FeedSet",
     "generate_sets",
@@ -59,8 +57,6 @@ __all__ = [
     "merge_specs",
     "model_inputs",
     "model_sets",
-    "parse_input_shapes",
-    "parse_value_range",
     "recorded",
     "save_sets",
 ]

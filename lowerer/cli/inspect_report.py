@@ -23,11 +23,11 @@ from lowerer.model_io.scopes import iter_scopes, node_graphs
 
 if TYPE_CHECKING:
     from lowerer.core.report import Report
-    from lowerer.model_io import InputModel
+    from lowerer.model_io.reading import InputModel
     from lowerer.passes.options import ConvertOptions
 
 __all__ = ["group_rewrites", "inspect_backend", "inspect_model", "model_summary", "opset_reach",
-           "opset_reach_by_conversions", "reachable_opsets"]
+           "reachable_opsets"]
 
 
 def _type_of(value: onnx.ValueInfoProto) -> tuple[str, list[int | str | None] | None]:
@@ -142,20 +142,6 @@ def group_rewrites(rewrites: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return sorted(groups.values(), key=lambda g: -g["count"])
 
 
-class _QuietBackendPass:
-    """The backend pass of a dry run: as ``convert``'s, without a warning line per node kept."""
-
-    name = "backend"
-
-    def __call__(self, state: Any) -> None:
-        from lowerer.backends.lowering import finish
-        from lowerer.passes import converts_for_backend
-
-        if state.plan is not None:
-            finish(state.model, state.plan, state.report, warn=False,
-                   converts_at=lambda opset: converts_for_backend(state, opset))
-
-
 def _dry_run(source: InputModel, options: ConvertOptions) -> tuple[Report | None, str | None]:
     """``convert``'s passes on ``source`` (changed in place), unverified, without the placement proof.
 
@@ -164,7 +150,7 @@ def _dry_run(source: InputModel, options: ConvertOptions) -> tuple[Report | None
     Returns (the report, None), or (None, the refusal ``convert`` would give).
     """
     from lowerer.backends.plan import BackendPlan
-    from lowerer.passes import PIPELINE, State
+    from lowerer.passes import INSPECTION, State
 
     state = State(source.model, options, serialized=source.serialized, source_dir=source.directory,
                   input_checked=True)
@@ -173,11 +159,8 @@ def _dry_run(source: InputModel, options: ConvertOptions) -> tuple[Report | None
         state.plan = BackendPlan(options.profile, allow_fallback=options.allow_fallback,
                                  strict=options.strict_backend)
     try:
-        for p in PIPELINE:  # convert's passes, but the placement proof (it opens the backend's provider)
-            if p.name == "backend":
-                _QuietBackendPass()(state)
-            elif p.name != "placement":
-                p(state)
+        for p in INSPECTION:
+            p(state)
     except ConversionError as e:
         return None, str(e)
     state.report.source_ir_version, state.report.ir_version = source_ir, state.model.ir_version
@@ -210,17 +193,6 @@ def _plan(report: Report | None, refused: str | None, options: ConvertOptions, s
             "rewrites": rewrites, "groups": group_rewrites(rewrites), "refused": refused}
 
 
-def _attempt(model: onnx.ModelProto, target: int | None, decompose: Any) -> tuple[Any, str | None]:
-    """(report, None) when converting a copy of ``model`` succeeds without verification, else (None, refusal)."""
-    from lowerer.api import convert
-
-    try:
-        result = convert(model, target_opset=target, decompose=decompose, verify=False)
-    except ConversionError as e:
-        return None, str(e)
-    return result.report, None
-
-
 def opset_reach(model: onnx.ModelProto, decompose: Any = ()) -> dict[str, Any]:
     """The lowest and highest default-domain opsets ``model`` converts to, and what limits each.
 
@@ -229,8 +201,7 @@ def opset_reach(model: onnx.ModelProto, decompose: Any = ()) -> dict[str, Any]:
     that refusal (see :func:`lowerer.passes.reach.limit`: the opset refused, the node it names, the message),
     or None where the search ran out of opsets (:data:`lowerer.core.opsets.MIN_OPSET`,
     :data:`lowerer.core.opsets.MAX_OPSET`). Each opset is judged on the model's nodes, one per pattern,
-    for about the cost of one conversion (:class:`lowerer.passes.reach.NodeReach`);
-    :func:`opset_reach_by_conversions` converts the whole model to each opset instead.
+    for about the cost of one conversion (:class:`lowerer.passes.reach.NodeReach`).
     """
     from lowerer.passes.options import normalize_decompose
     from lowerer.passes.reach import NodeReach
@@ -238,16 +209,6 @@ def opset_reach(model: onnx.ModelProto, decompose: Any = ()) -> dict[str, Any]:
     if default_opset(model.opset_import) is None:
         raise InputError("the model does not import the default domain: it has no opset to convert")
     return NodeReach(model, normalize_decompose(decompose)).search()
-
-
-def opset_reach_by_conversions(model: onnx.ModelProto, decompose: Any = ()) -> dict[str, Any]:
-    """:func:`opset_reach` by converting the whole model (unverified) to each opset in turn (slow; the reference)."""
-    from lowerer.passes.reach import search_outwards
-
-    source = default_opset(model.opset_import)
-    if source is None:
-        raise InputError("the model does not import the default domain: it has no opset to convert")
-    return search_outwards(source, lambda opset: _attempt(model, opset, decompose)[1])
 
 
 def reachable_opsets(model: onnx.ModelProto, decompose: Any = ()) -> tuple[int, int]:
@@ -266,7 +227,7 @@ def inspect_model(path: str | os.PathLike[str], *, target_opset: int | None = No
     With ``reach``, also the lowest and highest opsets the model converts to, and the refusal
     (and node) that limits each (:func:`opset_reach`).
     """
-    from lowerer.model_io import load_input
+    from lowerer.model_io.reading import load_input
     from lowerer.passes.options import normalize_decompose
 
     names = normalize_decompose(decompose)
@@ -317,7 +278,7 @@ def inspect_backend(path: object, for_backend: str, *, target_opset: int | None 
     """
     import dataclasses
 
-    from lowerer.model_io import load_input
+    from lowerer.model_io.reading import load_input
 
     options = _options(target_opset, decompose, for_backend, allow_fallback, ir_version, no_loops)
     profile = options.profile
