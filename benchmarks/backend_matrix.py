@@ -46,7 +46,7 @@ sys.path.insert(0, str(ROOT))
 
 from lowerer.backends.probe_models import EXPANSIONS, Probe, base_probes  # noqa: E402
 from lowerer.backends.witnesses import Witness  # noqa: E402
-from lowerer.cli.probes import BUDGETS, DEFAULT_BUDGET, compare, run_batch  # noqa: E402
+from lowerer.cli.probes import budget_of, compare, run_batch  # noqa: E402
 
 FIXTURES = ROOT / "tests" / "fixtures" / "real"
 CONVERT_TIMEOUT_S = 900
@@ -138,7 +138,7 @@ def end_to_end(release: Release, python: str, lowerer: list[str], only: str, job
     """Convert every model for ``release`` and run what was written there (see the module docstring)."""
     env = dict(os.environ, LOWERER_WITNESS_PYTHON=_bare_python())
     witness = Witness(release.runtime, release.version, python)
-    budget = BUDGETS.get(release.runtime, DEFAULT_BUDGET)
+    budget = budget_of(release.runtime)
     cases = models(only)
     rows: dict[str, dict[str, Any]] = {}
     with tempfile.TemporaryDirectory(prefix="lowerer-backend-matrix-") as folder:

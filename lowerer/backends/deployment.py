@@ -31,7 +31,8 @@ import numpy as np
 import onnx
 
 from lowerer.backends.profile import Profile, VersionRange
-from lowerer.backends.witnesses import WITNESSES_FOR, Witness, WitnessError, find_witness, release_of
+from lowerer.backends.runtimes import witnesses_for
+from lowerer.backends.witnesses import Witness, WitnessError, find_witness, release_of
 from lowerer.core.errors import VerificationError
 from lowerer.core.report import Report
 from lowerer.verification.compare import OutputStats, Tolerance, output_scale, statistics
@@ -94,13 +95,13 @@ def _holds(named: VersionRange, version: str) -> bool:
 
 def witness_for(profile: Profile) -> tuple[Witness | None, str]:
     """The installed witness of ``profile``'s runtime at a release it names, or None and why not."""
-    runtimes = WITNESSES_FOR.get(profile.runtime)
+    runtimes = witnesses_for(profile.name)
     if not runtimes:
         return None, (f"lowerer has no witness for {profile.runtime or profile.name}: the result was not run on "
                       "the backend")
     reasons = []
     for runtime in runtimes:
-        witness, why = find_witness(runtime)
+        witness, why = find_witness(runtime.name)
         if witness is None:
             reasons.append(why)
             continue

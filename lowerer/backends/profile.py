@@ -24,13 +24,15 @@ import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from importlib import resources
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import onnx
 
 from lowerer.backends.loads import Loads, loads_for, parse_loads
-from lowerer.backends.witnesses import RUNTIMES, WITNESSES_FOR, installed_release
+from lowerer.backends.runtimes import runtime_of, witnesses_for
+from lowerer.backends.witnesses import installed_release
 from lowerer.core.errors import InputError
 
 if TYPE_CHECKING:
@@ -38,8 +40,11 @@ if TYPE_CHECKING:
 
 __all__ = ["BACKENDS", "REWRITES", "Entry", "Profile", "aliases_of", "backend_names", "load_profile", "load_rows"]
 
-#: The backends that ship a profile, by canonical name.
-BACKENDS = ("cpu", "cuda", "dml", "tensorrt", "openvino", "coreml", "qnn", "webgpu", "webnn", "rknn", "winml")
+#: The backends that ship a profile (``lowerer/backends/<name>.json``), by canonical name: onnxruntime's own
+#: providers first (cpu, then the others), then the other runtimes, each group by name.
+BACKENDS = tuple(sorted((p.stem for p in Path(__file__).parent.glob("*.json")),
+                        key=lambda n: (n != "cpu", json.loads(Path(__file__).with_name(f"{n}.json").read_text(
+                            encoding="utf-8")).get("runtime") != "onnxruntime", n)))
 #: Other names of backends: ``onnxruntime`` is its default (CPU) provider, with onnxruntime's versions.
 _ALIASES = {"directml": "dml", "trt": "tensorrt", "nvidia-tensorrt": "tensorrt", "ov": "openvino",
             "onnxruntime": "cpu", "ort": "cpu", "windowsml": "winml", "rknpu": "rknn"}
@@ -280,14 +285,15 @@ def load_profile(spec: object) -> Profile:
 def _unnamed_version(data: dict[str, Any]) -> tuple[str | None, str | None, str]:
     """For a backend named without a version: the installed release of its runtime, else the newest row."""
     runtime = data["runtime"]
-    installed = installed_release(runtime)
+    installed = installed_release(data["backend"])
     if installed is not None:
         found = re.match(r"\d+(?:\.\d+)*", installed[0])
         if found is not None:
             return "==", found.group(0), f"the installed release ({installed[1]})"
     rows = data["loads"]
-    newest = f"the newest row of lowerer's table ({rows[-1].version}); {RUNTIMES[runtime]} is not installed" \
-        if rows else ""
+    record = runtime_of(runtime)
+    label = record.label if record is not None else runtime
+    newest = f"the newest row of lowerer's table ({rows[-1].version}); {label} is not installed" if rows else ""
     return None, None, newest
 
 
@@ -334,12 +340,13 @@ def parse_profile(raw: object, source: str) -> dict[str, Any]:
     rows = () if loads is None or isinstance(loads, str) else \
         parse_loads(loads, str(raw.get("runtime") or raw.get("backend") or source), source)
     runtime = str(raw.get("runtime") or "")
+    backend = str(raw.get("backend") or source.rsplit(".", 1)[0])
     tolerance = raw.get("tolerance", {"relative": 1e-5, "source": ""})
     if not isinstance(tolerance, dict) or not isinstance(tolerance.get("relative"), (int, float)) or \
             not 0 <= tolerance["relative"] < 1:
         raise InputError(f"profile {source}: 'tolerance' must be {{\"relative\": a number in [0, 1), \"source\": ...}}")
     return {"provider": raw["provider"], "description": str(raw.get("description", "")), "entries": entries,
-            "loads": rows, "runtime": runtime, "witnessed": runtime in WITNESSES_FOR,
+            "loads": rows, "runtime": runtime, "backend": backend, "witnessed": bool(witnesses_for(backend)),
             "tolerance": float(tolerance["relative"]), "tolerance_source": str(tolerance.get("source", ""))}
 
 

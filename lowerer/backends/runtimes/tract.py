@@ -1,0 +1,57 @@
+"""Tract (Sonos' ONNX runtime in Rust, its Python wheel): ``tract.onnx().load``, input facts from the feeds, run.
+
+Each input's fact (shape and element type) is set from the first input set (``set_input_fact(i,
+"2,16,i64")``), then the model is typed, made runnable and run; the outputs wanted are picked by name
+among the model's outputs. tract computes in float32 as the model says. Loaded by path in the witness
+worker: imports only the standard library, numpy and tract.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import Any
+
+NAME = "tract"
+LABEL = "tract"
+DEVICE = "CPU"
+DISTRIBUTION = "tract"
+INSTALL = "pip install tract"
+BACKENDS = ("tract",)
+BUDGET = 1e-5
+BUDGET_SOURCE = "the probe budget (tract computes float32 as the model says)"
+_TYPES = {"float32": "f32", "float64": "f64", "float16": "f16", "int64": "i64", "int32": "i32", "int16": "i16",
+          "int8": "i8", "uint8": "u8", "uint16": "u16", "uint32": "u32", "uint64": "u64", "bool": "bool"}
+
+
+def version(param: str) -> dict[str, str]:
+    """The version of tract (ImportError: not installed)."""
+    from importlib import metadata
+
+    importlib.import_module("tract")
+    return {"version": metadata.version(DISTRIBUTION)}
+
+
+def load(model: str, param: str) -> Any:
+    """The model read by tract's ONNX frontend (an inference model, not yet typed)."""
+    return importlib.import_module("tract").onnx().load(model)
+
+
+def prepare(loaded: Any, names: list[str] | None, feeds: dict[str, Any], param: str) -> Any:
+    """The model typed with the feeds' facts and made runnable; the positions of the outputs wanted."""
+    for i in range(loaded.input_count()):
+        value = feeds[loaded.input_name(i)]
+        loaded.set_input_fact(i, ",".join([*(str(d) for d in value.shape), _TYPES[value.dtype.name]]))
+    outputs = [loaded.output_name(i) for i in range(loaded.output_count())]
+    missing = [n for n in names or [] if n not in outputs]
+    if missing:
+        raise RuntimeError(f"tract computes only the model's outputs, not {missing[0]!r}")
+    positions = [outputs.index(n) for n in names] if names else list(range(len(outputs)))
+    order = [loaded.input_name(i) for i in range(loaded.input_count())]
+    return loaded.into_model().into_runnable(), positions, order
+
+
+def infer(prepared: Any, feeds: dict[str, Any], names: list[str] | None, order: list[str]) -> list[Any]:
+    """One input set run (inputs in the model's order)."""
+    runnable, positions, inputs = prepared
+    found = runnable.run([feeds[n] for n in inputs])
+    return [found[k].to_numpy() for k in positions]
