@@ -278,7 +278,7 @@ def load_profile(spec: object) -> Profile:
     rows = data["loads"]
     return Profile(name=name, spec=spec.strip(), provider=data["provider"], description=data["description"],
                    entries=tuple(entries), loads=loads_for(rows, op, version) if rows else None,
-                   release=_release(data["runtime"], op, version), runtime=data["runtime"], named=named,
+                   release=_release(data, op, version), runtime=data["runtime"], named=named,
                    chosen=chosen, tolerance=data["tolerance"], tolerance_source=data["tolerance_source"])
 
 
@@ -297,10 +297,20 @@ def _unnamed_version(data: dict[str, Any]) -> tuple[str | None, str | None, str]
     return None, None, newest
 
 
-def _release(runtime: str, op: str | None, version: str | None) -> str | None:
-    """The onnxruntime release a spec names (see :attr:`Profile.release`)."""
-    if runtime != "onnxruntime" or version is None or op in (None, ">", ">="):
+def _release(data: Mapping[str, Any], op: str | None, version: str | None) -> str | None:
+    """The onnxruntime release a spec names (see :attr:`Profile.release`).
+
+    A runtime other than onnxruntime whose profile says ``"onnxruntime_versions": "<2"`` numbered its older
+    releases as onnxruntime's (onnxruntime-qnn 1.x was onnxruntime's own QNN build; 2.x is a plugin): a
+    version in that range names that onnxruntime release.
+    """
+    if version is None or op in (None, ">", ">="):
         return None
+    ours = data.get("onnxruntime_versions")
+    if data["runtime"] != "onnxruntime":
+        high, inclusive = VersionRange.parse(op, version).high
+        if ours is None or not (high < ours.high[0] or (high == ours.high[0] and (ours.high[1] or not inclusive))):
+            return None
     if op != "<":
         return version
     from lowerer.backends.kernel_tables import shipped_releases
@@ -345,7 +355,12 @@ def parse_profile(raw: object, source: str) -> dict[str, Any]:
     if not isinstance(tolerance, dict) or not isinstance(tolerance.get("relative"), (int, float)) or \
             not 0 <= tolerance["relative"] < 1:
         raise InputError(f"profile {source}: 'tolerance' must be {{\"relative\": a number in [0, 1), \"source\": ...}}")
+    ours = raw.get("onnxruntime_versions")
+    if ours is not None and not (isinstance(ours, str) and re.match(r"^\s*(<=|<)\s*\d+(?:\.\d+)*\s*$", ours)):
+        raise InputError(f"profile {source}: 'onnxruntime_versions' must be like '<2'")
+    onnxruntime_versions = None if ours is None else VersionRange.parse(*re.findall(r"<=|<|\d+(?:\.\d+)*", ours))
     return {"provider": raw["provider"], "description": str(raw.get("description", "")), "entries": entries,
+            "onnxruntime_versions": onnxruntime_versions,
             "loads": rows, "runtime": runtime, "backend": backend, "witnessed": bool(witnesses_for(backend)),
             "tolerance": float(tolerance["relative"]), "tolerance_source": str(tolerance.get("source", ""))}
 

@@ -4,7 +4,8 @@ The converter is the C entry ``_tools.mnnconvert`` (what ``MNN.tools.mnnconvert`
 ``mnnconvert`` script or ``MNN.tools``: importing ``MNN.tools.utils.log`` runs ``pip install -U
 aliyun-log-python-sdk`` and the script posts a usage record (``MNN/tools/mnnconvert.py``,
 ``MNN/tools/utils/log.py`` of MNN 3.6.1). Inputs go in as float32 (float types), int32 (integer
-types, as MNN holds them) or uint8 (bool); outputs are read back in the NCHW (Caffe) layout. Loaded by
+types, as MNN holds them) or uint8 (bool); outputs are read back in the NCHW (Caffe) layout, int32 ones as
+int64 (MNN's converter holds ONNX's int64 as int32: a model's own int32 output then reads as int64). Loaded by
 path in the witness worker: imports only the standard library, numpy and MNN.
 """
 
@@ -102,5 +103,6 @@ def infer(prepared: Any, feeds: dict[str, Any], names: list[str] | None, order: 
                 raise RuntimeError(f"MNN has no output {name!r}")
             host = mnn.Tensor(found[name], mnn.Tensor_DimensionType_Caffe)
             found[name].copyToHostTensor(host)
-            values.append(np.array(host.getNumpyData(), copy=True))
+            value = np.array(host.getNumpyData(), copy=True)
+            values.append(value.astype(np.int64) if value.dtype == np.int32 else value)
     return values

@@ -1,8 +1,8 @@
 """Tract (Sonos' ONNX runtime in Rust, its Python wheel): ``tract.onnx().load``, input facts from the feeds, run.
 
 Each input's fact (shape and element type) is set from the first input set (``set_input_fact(i,
-"2,16,i64")``), then the model is typed, made runnable and run; the outputs wanted are picked by name
-among the model's outputs. tract computes in float32 as the model says. Loaded by path in the witness
+"2,16,i64")``), then the model is typed, made runnable and run; the outputs wanted are the model's (tract
+names an output after the node that makes it, so a list as long as the graph's outputs is taken as those). tract computes in float32 as the model says. Loaded by path in the witness
 worker: imports only the standard library, numpy and tract.
 """
 
@@ -42,10 +42,12 @@ def prepare(loaded: Any, names: list[str] | None, feeds: dict[str, Any], param: 
         value = feeds[loaded.input_name(i)]
         loaded.set_input_fact(i, ",".join([*(str(d) for d in value.shape), _TYPES[value.dtype.name]]))
     outputs = [loaded.output_name(i) for i in range(loaded.output_count())]
-    missing = [n for n in names or [] if n not in outputs]
-    if missing:
-        raise RuntimeError(f"tract computes only the model's outputs, not {missing[0]!r}")
-    positions = [outputs.index(n) for n in names] if names else list(range(len(outputs)))
+    if names and all(n in outputs for n in names):
+        positions = [outputs.index(n) for n in names]
+    elif not names or len(names) == len(outputs):  # tract names an output after its node: the graph's, in order
+        positions = list(range(len(outputs)))
+    else:
+        raise RuntimeError(f"tract computes only the model's {len(outputs)} outputs, not {len(names)} values")
     order = [loaded.input_name(i) for i in range(loaded.input_count())]
     return loaded.into_model().into_runnable(), positions, order
 
