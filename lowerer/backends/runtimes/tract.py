@@ -2,8 +2,9 @@
 
 Each input's fact (shape and element type) is set from the first input set (``set_input_fact(i,
 "2,16,i64")``), then the model is typed, made runnable and run; the outputs wanted are the model's (tract
-names an output after the node that makes it, so a list as long as the graph's outputs is taken as those). tract computes in float32 as the model says. Loaded by path in the witness
-worker: imports only the standard library, numpy and tract.
+names an output after the node that makes it, so a list as long as the graph's outputs is taken as those).
+tract computes in float32 as the model says. Loaded by path in the witness worker: imports only the
+standard library, numpy and tract.
 """
 
 from __future__ import annotations
