@@ -1,10 +1,10 @@
 """Tract (Sonos' ONNX runtime in Rust, its Python wheel): ``tract.onnx().load``, input facts from the feeds, run.
 
 Each input's fact (shape and element type) is set from the first input set (``set_input_fact(i,
-"2,16,i64")``), then the model is typed, made runnable and run; the outputs wanted are the model's (tract
-names an output after the node that makes it, so a list as long as the graph's outputs is taken as those).
-tract computes in float32 as the model says. Loaded by path in the witness worker: imports only the
-standard library, numpy and tract.
+"2,16,i64")``; an input set of other shapes types it again), then the model is typed, made runnable
+and run; the outputs wanted are the model's (tract names an output after the node that makes it, so a
+list as long as the graph's outputs is taken as those). tract computes in float32 as the model says.
+Loaded by path in the witness worker: imports only the standard library, numpy and tract.
 """
 
 from __future__ import annotations
@@ -33,12 +33,11 @@ def version(param: str) -> dict[str, str]:
 
 
 def load(model: str, param: str) -> Any:
-    """The model read by tract's ONNX frontend (an inference model, not yet typed)."""
-    return importlib.import_module("tract").onnx().load(model)
+    """The model read by tract's ONNX frontend (an inference model, not yet typed), and its path."""
+    return importlib.import_module("tract").onnx().load(model), model
 
 
-def prepare(loaded: Any, names: list[str] | None, feeds: dict[str, Any], param: str) -> Any:
-    """The model typed with the feeds' facts and made runnable; the positions of the outputs wanted."""
+def _runnable(loaded: Any, names: list[str] | None, feeds: dict[str, Any]) -> Any:
     for i in range(loaded.input_count()):
         value = feeds[loaded.input_name(i)]
         loaded.set_input_fact(i, ",".join([*(str(d) for d in value.shape), _TYPES[value.dtype.name]]))
@@ -53,8 +52,21 @@ def prepare(loaded: Any, names: list[str] | None, feeds: dict[str, Any], param: 
     return loaded.into_model().into_runnable(), positions, order
 
 
+def _signature(feeds: dict[str, Any]) -> tuple[tuple[str, tuple[int, ...], str], ...]:
+    return tuple((n, tuple(v.shape), v.dtype.name) for n, v in sorted(feeds.items()))
+
+
+def prepare(loaded: Any, names: list[str] | None, feeds: dict[str, Any], param: str) -> Any:
+    """The model typed with the feeds' facts and made runnable (again for input sets of other shapes)."""
+    model, path = loaded
+    return {"path": path, "names": names, _signature(feeds): _runnable(model, names, feeds)}
+
+
 def infer(prepared: Any, feeds: dict[str, Any], names: list[str] | None, order: list[str]) -> list[Any]:
     """One input set run (inputs in the model's order)."""
-    runnable, positions, inputs = prepared
+    key = _signature(feeds)
+    if key not in prepared:
+        prepared[key] = _runnable(importlib.import_module("tract").onnx().load(prepared["path"]), names, feeds)
+    runnable, positions, inputs = prepared[key]
     found = runnable.run([feeds[n] for n in inputs])
     return [found[k].to_numpy() for k in positions]
