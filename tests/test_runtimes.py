@@ -17,7 +17,9 @@ import pytest
 from onnx import TensorProto, helper
 
 from lowerer.backends import witnesses
-from lowerer.backends.profile import BACKENDS, load_profile
+from lowerer.backends.plan import scan
+from lowerer.backends.probe_models import EXPANSIONS, LOWERED, base_probes
+from lowerer.backends.profile import BACKENDS, _profile_data, load_profile
 from lowerer.backends.runtimes import runtime_of, runtimes, witnesses_for
 from lowerer.cli.probes import budget_of
 from lowerer.cli.targets import targets_table
@@ -54,8 +56,22 @@ def test_runtime_record_profile_and_measured_run(name: str) -> None:
         assert record.label in [w["runtime"] for w in listed["witnesses"]]
     for stem in measured:
         run = json.loads((BACKENDS_DIR / "measured" / f"{stem}.json").read_text(encoding="utf-8"))
-        assert run["runtime"] == name and stem == f"{name}-{run['version']}"
+        assert run["runtime"] == name and run["version"].startswith(stem[len(name) + 1:])
         assert run["budget"] == record.budget and run["date"] and run["summary"]["total"]
+
+
+@pytest.mark.parametrize("backend", sorted({row[0] for row in ROWS.values() if row[0] is not None}))
+def test_every_form_entry_of_a_witnessed_profile_is_exercised_by_a_probe(backend: str) -> None:
+    """Each entry of a measured profile that names a form matches some probe model (its source cites probes)."""
+    models = [p.model for p in base_probes()] + [build()[0] for build in EXPANSIONS.values()] + \
+        [build()[0] for build, _ in LOWERED.values()]
+    entries = _profile_data(backend)["entries"]
+    hit = set()
+    for spec in {backend, *(backend + e.backend_versions_text for e in entries if e.backend_versions_text)}:
+        profile = load_profile(spec)
+        hit |= {id(f.entry) for model in models for f in scan(model, profile)}
+    missing = [e.describe() for e in entries if e.rewrite is not None and id(e) not in hit]
+    assert missing == []
 
 
 def test_every_backend_of_another_runtime_has_a_witness() -> None:

@@ -56,5 +56,14 @@ def infer(prepared: Any, feeds: dict[str, Any], names: list[str] | None, order: 
     machine, positions, inputs = prepared
     make = getattr(tvm.runtime, "tensor", None) or tvm.nd.array
     found = machine["main"](*[make(feeds[n]) for n in inputs])
-    values = [found] if hasattr(found, "numpy") else list(found)
-    return [values[k].numpy() for k in positions]
+    values = [found] if hasattr(found, "numpy") or not hasattr(found, "__len__") else list(found)
+    return [_array(values[k]) for k in positions]
+
+
+def _array(value: Any) -> Any:
+    """A tensor's array; a shape (Shape's output, which TVM keeps as a shape tuple) as int64."""
+    import numpy as np
+
+    if hasattr(value, "numpy"):
+        return value.numpy()
+    return np.asarray(list(value) if hasattr(value, "__len__") else value, dtype=np.int64)
