@@ -1,12 +1,12 @@
 """Verify on the deployment runtime: the converted model run where ``--for BACKEND`` says it must run.
 
-When the runtime of the backend named is installed (a :mod:`~lowerer.backends.witnesses` witness:
-OpenVINO, onnxruntime-openvino, rknn-toolkit2's simulator) and its release is the one the profile was
+When the runtime of the backend named is installed (a :mod:`~lowerer.backends.witnesses` witness: one of
+:mod:`lowerer.backends.runtimes`) and its release is the one the profile was
 applied for, the converted model runs there on the verification inputs, and every output is compared
 with the original model run in onnxruntime's CPU provider (the converted one where onnxruntime cannot
 run the original): discrete outputs exactly, float outputs within the profile's ``tolerance`` (a
 difference relative to the output's largest magnitude, with its source: OpenVINO's CPU plugin at
-fp32 reassociates sums; RKNN computes in fp16).
+fp32 reassociates sums; RKNN and QNN's HTP compute in fp16).
 
 The inputs are the whole-model check's (:func:`lowerer.verification.feeds.generate_sets`: every kind of
 generated values on the dims bound two ways), plus a tie-heavy set: small integers as floats, so

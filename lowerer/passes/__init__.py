@@ -17,8 +17,8 @@ same passes, in this order, over one :class:`State`:
 5. ``verify-model``: the whole original and converted models run and compared (``verify_model``);
 6. ``optimize``: onnxscript's optimizer, and the comparison of its result (``optimize``);
 7. ``placement``: the backend's provider opens the model with CPU fallback off (``for_backend``);
-8. ``deployment``: the converted model runs on the backend's own runtime where it is installed (OpenVINO,
-   rknn-toolkit2's simulator ...) and is compared with onnxruntime CPU (:mod:`lowerer.backends.deployment`).
+8. ``deployment``: the converted model runs on the backend's own runtime where it is installed (one of
+   :mod:`lowerer.backends.runtimes`) and is compared with onnxruntime CPU (:mod:`lowerer.backends.deployment`).
 
 The contract, enforced by :class:`Pass`: a pass runs only where :meth:`Pass.applies`, works on
 ``state.model`` (only ``optimize`` replaces it), never replaces the options, and its time is recorded in
