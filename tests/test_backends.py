@@ -24,7 +24,7 @@ from lowerer.backends import BACKENDS, load_profile
 from lowerer.backends.plan import scan
 from lowerer.backends.profile import REWRITES, VersionRange, parse_profile
 from lowerer.backends.proof import NOT_PROVEN, PROVEN
-from lowerer.backends.runtimes import runtime_of
+from lowerer.backends.runtimes import runtime_of, runtimes
 from lowerer.cli import main
 from lowerer.core.errors import ConversionError, InputError
 
@@ -179,8 +179,8 @@ def _cases() -> list[tuple[str, str, onnx.ModelProto]]:
 
 
 CASES = _cases()
-#: The profiles measured on their runtime by the probe suite (their entries cite probes), besides those CASES covers.
-MEASURED = {"mnn", "tract", "tvm", "qnn"}
+#: The profiles with a witness: their form entries are checked against the probe models (tests/test_runtimes.py).
+MEASURED = {backend for runtime in runtimes().values() for backend in runtime.backends}
 
 
 def _feeds(model: onnx.ModelProto) -> dict[str, np.ndarray]:
