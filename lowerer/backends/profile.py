@@ -40,11 +40,8 @@ if TYPE_CHECKING:
 
 __all__ = ["BACKENDS", "REWRITES", "Entry", "Profile", "aliases_of", "backend_names", "load_profile", "load_rows"]
 
-#: The backends that ship a profile (``lowerer/backends/<name>.json``), by canonical name: onnxruntime's own
-#: providers first (cpu, then the others), then the other runtimes, each group by name.
-BACKENDS = tuple(sorted((p.stem for p in Path(__file__).parent.glob("*.json")),
-                        key=lambda n: (n != "cpu", json.loads(Path(__file__).with_name(f"{n}.json").read_text(
-                            encoding="utf-8")).get("runtime") != "onnxruntime", n)))
+#: The backends that ship a profile (``lowerer/backends/<name>.json``), by canonical name: cpu, then by name.
+BACKENDS = tuple(sorted((p.stem for p in Path(__file__).parent.glob("*.json")), key=lambda n: (n != "cpu", n)))
 #: Other names of backends: ``onnxruntime`` is its default (CPU) provider, with onnxruntime's versions.
 _ALIASES = {"directml": "dml", "trt": "tensorrt", "nvidia-tensorrt": "tensorrt", "ov": "openvino",
             "onnxruntime": "cpu", "ort": "cpu", "windowsml": "winml", "rknpu": "rknn"}

@@ -27,7 +27,6 @@ from __future__ import annotations
 
 import functools
 import importlib
-import pkgutil
 from dataclasses import dataclass
 from pathlib import Path
 from types import ModuleType
@@ -67,8 +66,8 @@ def _record(module: ModuleType) -> Runtime:
 @functools.cache
 def runtimes() -> dict[str, Runtime]:
     """Every runtime of this package, by name (modules are imported, their runtimes are not)."""
-    found = [_record(importlib.import_module(f"{__name__}.{info.name}"))
-             for info in pkgutil.iter_modules(__path__) if not info.name.startswith("_")]
+    found = [_record(importlib.import_module(f"{__name__}.{path.stem}"))
+             for path in sorted(Path(__file__).parent.glob("[!_]*.py"))]
     return {r.name: r for r in sorted(found, key=lambda r: (r.priority, r.name))}
 
 
