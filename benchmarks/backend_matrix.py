@@ -242,8 +242,8 @@ def _lowerer(before: str | None, keep: Path, tree: Path | None = None) -> tuple[
     """
     if tree is not None:
         return [sys.executable, "-m", "lowerer"], {"PYTHONPATH": str(tree)}
-    if before is None:
-        return [sys.executable, "-m", "lowerer"], {}
+    if before is None:  # this tree's (the conversions run in the model's folder: PYTHONPATH names the tree)
+        return [sys.executable, "-m", "lowerer"], {"PYTHONPATH": str(ROOT)}
     tree = keep / f"lowerer-profiles-{before}"
     shutil.copytree(ROOT / "lowerer", tree / "lowerer", ignore=shutil.ignore_patterns("__pycache__"))
     for name in ("openvino.json", "rknn.json"):
@@ -282,9 +282,9 @@ def main(argv: list[str] | None = None) -> int:
                 row["models"] = end_to_end(release, python, lowerer, args.models, args.jobs)
             table[name] = row
             print(_line(name, row), flush=True)
+            if args.json:  # after each release: a long run keeps what it measured
+                args.json.write_text(json.dumps(table, indent=1) + "\n", encoding="utf-8")
     print("\n" + render(table))
-    if args.json:
-        args.json.write_text(json.dumps(table, indent=1) + "\n", encoding="utf-8")
     return 0
 
 
