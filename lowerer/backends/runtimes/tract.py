@@ -1,8 +1,8 @@
 """Tract (Sonos' ONNX runtime in Rust, its Python wheel): ``tract.onnx().load``, input facts from the feeds, run.
 
-Each input's fact (shape and element type) is set from the first input set (``set_input_fact(i,
-"2,16,i64")``; an input set of other shapes types it again), then the model is typed, made runnable
-and run; the outputs wanted are the model's (tract names an output after the node that makes it, so a
+The model is typed by its own input facts; where that fails (dims not given) or the inputs do not fit
+them, by the inputs' (``set_input_fact(i, "2,16,i64")``), again for an input set of other shapes; then
+made runnable and run; the outputs wanted are the model's (tract names an output after the node that makes it, so a
 list as long as the graph's outputs is taken as those). tract computes in float32 as the model says.
 Loaded by path in the witness worker: imports only the standard library, numpy and tract.
 """
@@ -33,14 +33,17 @@ def version(param: str) -> dict[str, str]:
 
 
 def load(model: str, param: str) -> Any:
-    """The model read by tract's ONNX frontend (an inference model, not yet typed), and its path."""
-    return importlib.import_module("tract").onnx().load(model), model
+    """The model's path, once read by tract's ONNX frontend (it is read again for each typing)."""
+    importlib.import_module("tract").onnx().load(model)
+    return model
 
 
-def _runnable(loaded: Any, names: list[str] | None, feeds: dict[str, Any]) -> Any:
-    for i in range(loaded.input_count()):
-        value = feeds[loaded.input_name(i)]
-        loaded.set_input_fact(i, ",".join([*(str(d) for d in value.shape), _TYPES[value.dtype.name]]))
+def _runnable(path: str, names: list[str] | None, feeds: dict[str, Any], facts: bool) -> Any:
+    loaded = importlib.import_module("tract").onnx().load(path)
+    if facts:
+        for i in range(loaded.input_count()):
+            value = feeds[loaded.input_name(i)]
+            loaded.set_input_fact(i, ",".join([*(str(d) for d in value.shape), _TYPES[value.dtype.name]]))
     outputs = [loaded.output_name(i) for i in range(loaded.output_count())]
     if names and all(n in outputs for n in names):
         positions = [outputs.index(n) for n in names]
@@ -49,7 +52,15 @@ def _runnable(loaded: Any, names: list[str] | None, feeds: dict[str, Any]) -> An
     else:
         raise RuntimeError(f"tract computes only the model's {len(outputs)} outputs, not {len(names)} values")
     order = [loaded.input_name(i) for i in range(loaded.input_count())]
-    return loaded.into_model().into_runnable(), positions, order
+    return loaded.into_model().into_runnable(), positions, order, facts
+
+
+def _typed(path: str, names: list[str] | None, feeds: dict[str, Any]) -> Any:
+    """Typed by the model's own facts, else by the feeds' (a model whose inputs' dims are not given)."""
+    try:
+        return _runnable(path, names, feeds, False)
+    except Exception:
+        return _runnable(path, names, feeds, True)
 
 
 def _signature(feeds: dict[str, Any]) -> tuple[tuple[str, tuple[int, ...], str], ...]:
@@ -57,16 +68,22 @@ def _signature(feeds: dict[str, Any]) -> tuple[tuple[str, tuple[int, ...], str],
 
 
 def prepare(loaded: Any, names: list[str] | None, feeds: dict[str, Any], param: str) -> Any:
-    """The model typed with the feeds' facts and made runnable (again for input sets of other shapes)."""
-    model, path = loaded
-    return {"path": path, "names": names, _signature(feeds): _runnable(model, names, feeds)}
+    """The model typed (its own facts, else the feeds') and made runnable; again for inputs of other shapes."""
+    return {"path": loaded, _signature(feeds): _typed(loaded, names, feeds)}
 
 
 def infer(prepared: Any, feeds: dict[str, Any], names: list[str] | None, order: list[str]) -> list[Any]:
     """One input set run (inputs in the model's order)."""
     key = _signature(feeds)
     if key not in prepared:
-        prepared[key] = _runnable(importlib.import_module("tract").onnx().load(prepared["path"]), names, feeds)
-    runnable, positions, inputs = prepared[key]
-    found = runnable.run([feeds[n] for n in inputs])
+        prepared[key] = _typed(prepared["path"], names, feeds)
+    runnable, positions, inputs, facts = prepared[key]
+    try:
+        found = runnable.run([feeds[n] for n in inputs])
+    except Exception:
+        if facts:
+            raise
+        prepared[key] = _runnable(prepared["path"], names, feeds, True)  # the model's facts do not fit these inputs
+        runnable, positions, inputs, _ = prepared[key]
+        found = runnable.run([feeds[n] for n in inputs])
     return [found[k].to_numpy() for k in positions]
