@@ -1,24 +1,30 @@
 """Backends measured: the probe suite and ``lowerer convert --for BACKEND==R`` run on release R itself.
 
-For every release R (OpenVINO 2023.0.2, 2024.0.0, 2026.4.1; onnxruntime-openvino 1.24.1, which bundles
-OpenVINO 2025.4.1; rknn-toolkit2 2.5.0's simulator), in a venv built once with the recipe of issue 30 and
-cached under ``--cache`` (``~/.cache/lowerer/backend-venvs/<release>``):
+Every release R with a measured probe run (``lowerer/backends/measured/<runtime>-<version>.json``: OpenVINO
+2023.0.2, 2024.0.0, 2026.4.1; onnxruntime-openvino 1.24.1, which bundles OpenVINO 2025.4.1; rknn-toolkit2
+2.5.0's simulator; onnxruntime-qnn 2.7.0's HTP simulator; tract 0.23.9; MNN 3.6.1; TVM 0.27), in a venv built
+once (:data:`RECIPES`, else ``pip install <distribution>==<version> numpy onnx``) and cached under ``--cache``
+(``~/.cache/lowerer/backend-venvs/<release>``):
 
 1. the probe suite (``python -m lowerer.cli.probes``, onnx's node cases included) on R: right / wrong /
    fails;
 2. for every model M among the real fixtures (``tests/fixtures/real/*.onnx``) and the probe models
-   (:func:`lowerer.backends.probe_models.base_probes` and the one-node models of the expansion bodies):
-   ``lowerer convert M -o OUT --for <backend>==R`` with this environment's lowerer (the deployment check
-   off: the witness Python is a bare interpreter, so what is measured is the profile alone), then OUT run
-   on R through the witness and compared with onnxruntime CPU on M (floats within the runtime's budget x
-   scale, discrete outputs exactly). Counts: written (exit 0) / matching / refused (exit 2, or 1: a failed
-   verification) / fails there (written, but R refuses or fails it: loud) / silently wrong.
+   (:func:`lowerer.backends.probe_models.base_probes`, the one-node models of the expansion bodies and of
+   :data:`~lowerer.backends.probe_models.LOWERED`): M itself run on R, then ``lowerer convert M -o OUT --for
+   <backend>==R`` with this environment's lowerer (the deployment check off: the witness Python is a bare
+   interpreter, so what is measured is the profile alone), then OUT run on R through the witness; each
+   compared with onnxruntime CPU on M (floats within the runtime's budget x scale, discrete outputs exactly).
+   Counts: written (exit 0) / matching / refused (exit 2, or 1: a failed verification) / fails there
+   (written, but R refuses or fails it: loud) / silently wrong; and against M as exported: helped (M fails or
+   differs there, OUT matches), kept (both match), broken (M matches, OUT is written and does not), refused
+   though M matches there (``refused-ok``).
 
 Examples::
 
     python benchmarks/backend_matrix.py                                     # every release
     python benchmarks/backend_matrix.py --releases openvino-2024.0.0 --python openvino-2024.0.0=/venv/bin/python
     python benchmarks/backend_matrix.py --before 785841f --no-probes        # the profiles as they were at 785841f
+    python benchmarks/backend_matrix.py --before-tree /work/main --no-probes  # another checkout's lowerer
 """
 
 from __future__ import annotations
@@ -44,9 +50,10 @@ import onnxruntime as ort
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from lowerer.backends.probe_models import EXPANSIONS, Probe, base_probes  # noqa: E402
+from lowerer.backends.probe_models import EXPANSIONS, LOWERED, Probe, base_probes  # noqa: E402
+from lowerer.backends.runtimes import runtime_of  # noqa: E402
 from lowerer.backends.witnesses import Witness  # noqa: E402
-from lowerer.cli.probes import BUDGETS, DEFAULT_BUDGET, compare, run_batch  # noqa: E402
+from lowerer.cli.probes import budget_of, compare, run_batch  # noqa: E402
 
 FIXTURES = ROOT / "tests" / "fixtures" / "real"
 CONVERT_TIMEOUT_S = 900
@@ -64,19 +71,32 @@ class Release:
     recipe: tuple[tuple[str, ...], ...]
 
 
-RELEASES: dict[str, Release] = {
-    "openvino-2023.0.2": Release("openvino", "2023.0.2", "openvino==2023.0",
-                                 (("openvino==2023.0.2", "numpy<2", "onnx"),)),
-    "openvino-2024.0.0": Release("openvino", "2024.0.0", "openvino==2024.0",
-                                 (("openvino==2024.0.0", "numpy<2", "onnx"),)),
-    "onnxruntime-openvino-1.24.1": Release("onnxruntime-openvino", "1.24.1", "openvino==2025.4",
-                                           (("onnxruntime-openvino==1.24.1",),)),
-    "openvino-2026.4.1": Release("openvino", "2026.4.1", "openvino==2026.4",
-                                 (("openvino==2026.4.1", "onnx", "numpy"),)),
+#: pip steps of the releases whose wheels need pins (older OpenVINO on numpy 1; rknn-toolkit2's whole stack).
+RECIPES: dict[str, tuple[tuple[str, ...], ...]] = {
+    "openvino-2023.0.2": (("openvino==2023.0.2", "numpy<2", "onnx"),),
+    "openvino-2024.0.0": (("openvino==2024.0.0", "numpy<2", "onnx"),),
     # setuptools<70: rknn.api imports pkg_resources; torch 2.13.0 is the CPU build on this machine's disk
-    "rknn-toolkit2-2.5.0": Release("rknn-toolkit2", "2.5.0", "rknn==2.5",
-                                   (("torch==2.13.0",), ("rknn-toolkit2==2.5.0", "--no-deps"), tuple(_PINS))),
+    "rknn-toolkit2-2.5.0": (("torch==2.13.0",), ("rknn-toolkit2==2.5.0", "--no-deps"), tuple(_PINS)),
 }
+
+
+def _releases() -> dict[str, Release]:
+    """A release per measured probe run: its runtime's record names the backend, the recipe and the spec."""
+    found = {}
+    for path in sorted((ROOT / "lowerer" / "backends" / "measured").glob("*.json")):
+        measured = json.loads(path.read_text(encoding="utf-8"))
+        record = runtime_of(measured["runtime"])
+        if record is None or not record.backends:
+            continue
+        version = str(measured["version"])
+        named = str(measured.get(record.release, version)) if record.release else version
+        spec = f"{record.backends[0]}==" + ".".join(re.findall(r"\d+", named)[:2])
+        recipe = RECIPES.get(path.stem, ((f"{record.distribution}=={version}", "numpy", "onnx"),))
+        found[path.stem] = Release(record.name, version, spec, recipe)
+    return found
+
+
+RELEASES: dict[str, Release] = _releases()
 
 
 def ensure_venv(cache: Path, name: str, release: Release) -> str:
@@ -109,6 +129,9 @@ def models(only: str) -> list[tuple[str, onnx.ModelProto, dict[str, np.ndarray]]
     for name, build in EXPANSIONS.items():
         model, feeds = build()
         found.append((f"probe:{name}", model, feeds))
+    for name, (made, _) in LOWERED.items():
+        model, feeds = made()
+        found.append((f"probe:{name}", model, feeds))
     return [m for m in found if re.search(only, m[0])]
 
 
@@ -138,7 +161,7 @@ def end_to_end(release: Release, python: str, lowerer: list[str], only: str, job
     """Convert every model for ``release`` and run what was written there (see the module docstring)."""
     env = dict(os.environ, LOWERER_WITNESS_PYTHON=_bare_python())
     witness = Witness(release.runtime, release.version, python)
-    budget = BUDGETS.get(release.runtime, DEFAULT_BUDGET)
+    budget = budget_of(release.runtime)
     cases = models(only)
     rows: dict[str, dict[str, Any]] = {}
     with tempfile.TemporaryDirectory(prefix="lowerer-backend-matrix-") as folder:
@@ -152,27 +175,50 @@ def end_to_end(release: Release, python: str, lowerer: list[str], only: str, job
 
         with ThreadPoolExecutor(max(1, jobs)) as pool:
             statuses = list(pool.map(one, range(len(cases))))
+        originals = run_batch(witness, [Probe(c[0], "", "", c[1], c[2]) for c in cases])
         written = [i for i, (rc, _) in enumerate(statuses) if rc == 0]
         outs = run_batch(witness, [Probe(cases[i][0], "", "", onnx.load(str(work / f"o{i}.onnx")), cases[i][2])
                                    for i in written])
         got = dict(zip(written, outs, strict=True))
         for i, (name, model, feeds) in enumerate(cases):
-            rc, why = statuses[i]
-            if rc != 0:
-                rows[name] = {"status": "refused" if rc in (1, 2) else "crash", "exit": rc, "why": why}
-                continue
-            result = got[i]
-            if isinstance(result, tuple):
-                rows[name] = {"status": "fails there", "stage": result[0], "why": result[1][:300]}
-                continue
             reference = _reference(model, feeds)
-            if reference is None:
-                rows[name] = {"status": "no reference"}
-                continue
-            ok, worst, what = compare(reference, result, budget)
-            rows[name] = {"status": "matching" if ok else "silently wrong", "max_diff": worst, "why": what}
+            was = _matches(reference, originals[i], budget)
+            rows[name] = {**_row(statuses[i], got.get(i), reference, budget), "original": was}
     counts = Counter(r["status"] for r in rows.values())
-    return {"written": sum(1 for r, _ in statuses if r == 0), **counts, "models": rows}
+    effect = Counter(_effect(r) for r in rows.values())
+    return {"written": sum(1 for r, _ in statuses if r == 0), **counts, **effect, "models": rows}
+
+
+def _matches(reference: list[np.ndarray] | None, got: list[np.ndarray] | tuple[str, str], budget: float) -> str:
+    """``matching``, ``differs``, ``fails`` (the runtime refused or failed) or ``no reference``."""
+    if reference is None:
+        return "no reference"
+    if isinstance(got, tuple):
+        return "fails"
+    return "matching" if compare(reference, got, budget)[0] else "differs"
+
+
+def _row(status: tuple[int, str], result: list[np.ndarray] | tuple[str, str] | None,
+         reference: list[np.ndarray] | None, budget: float) -> dict[str, Any]:
+    rc, why = status
+    if rc != 0 or result is None:
+        return {"status": "refused" if rc in (1, 2) else "crash", "exit": rc, "why": why}
+    if isinstance(result, tuple):
+        return {"status": "fails there", "stage": result[0], "why": result[1][:300]}
+    if reference is None:
+        return {"status": "no reference"}
+    ok, worst, what = compare(reference, result, budget)
+    return {"status": "matching" if ok else "silently wrong", "max_diff": worst, "why": what}
+
+
+def _effect(row: dict[str, Any]) -> str:
+    """What the conversion did to a model against the model as exported, on the runtime."""
+    before, after = row["original"] == "matching", row["status"] == "matching"
+    if row["status"] in ("refused", "crash"):
+        return "refused-ok" if before else "refused-bad"
+    if row["status"] == "no reference" or row["original"] == "no reference":
+        return "unknown"
+    return {(False, True): "helped", (True, True): "kept", (True, False): "broken"}.get((before, after), "still bad")
 
 
 def probes(release: Release, python: str) -> dict[str, int]:
@@ -188,14 +234,16 @@ def probes(release: Release, python: str) -> dict[str, int]:
         return total
 
 
-def _lowerer(before: str | None, keep: Path) -> tuple[list[str], dict[str, str]]:
-    """The command that runs lowerer: this tree's, or this tree with the profiles of revision ``before``.
+def _lowerer(before: str | None, keep: Path, tree: Path | None = None) -> tuple[list[str], dict[str, str]]:
+    """The command that runs lowerer: this tree's, another checkout's (``tree``), or this tree's with old profiles.
 
     ``before`` swaps only the data (``lowerer/backends/openvino.json`` and ``rknn.json`` as of that revision,
     ``git show``) into a copy of this tree's package, so that a before/after count differs by the profiles alone.
     """
-    if before is None:
-        return [sys.executable, "-m", "lowerer"], {}
+    if tree is not None:
+        return [sys.executable, "-m", "lowerer"], {"PYTHONPATH": str(tree)}
+    if before is None:  # this tree's (the conversions run in the model's folder: PYTHONPATH names the tree)
+        return [sys.executable, "-m", "lowerer"], {"PYTHONPATH": str(ROOT)}
     tree = keep / f"lowerer-profiles-{before}"
     shutil.copytree(ROOT / "lowerer", tree / "lowerer", ignore=shutil.ignore_patterns("__pycache__"))
     for name in ("openvino.json", "rknn.json"):
@@ -215,13 +263,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--no-probes", action="store_true")
     parser.add_argument("--no-models", action="store_true")
     parser.add_argument("--before", help="run the conversions with the openvino/rknn profiles of this git revision")
+    parser.add_argument("--before-tree", type=Path, help="run the conversions with the lowerer of this checkout")
     parser.add_argument("--jobs", type=int, default=2)
     parser.add_argument("--json", type=Path)
     args = parser.parse_args(argv)
     given = dict(item.split("=", 1) for item in args.python)
     table: dict[str, Any] = {}
     with tempfile.TemporaryDirectory() as keep:
-        lowerer, extra = _lowerer(args.before, Path(keep))
+        lowerer, extra = _lowerer(args.before, Path(keep), args.before_tree)
         os.environ.update(extra)
         for name in [r.strip() for r in args.releases.split(",") if r.strip()]:
             release = RELEASES[name]
@@ -233,9 +282,9 @@ def main(argv: list[str] | None = None) -> int:
                 row["models"] = end_to_end(release, python, lowerer, args.models, args.jobs)
             table[name] = row
             print(_line(name, row), flush=True)
+            if args.json:  # after each release: a long run keeps what it measured
+                args.json.write_text(json.dumps(table, indent=1) + "\n", encoding="utf-8")
     print("\n" + render(table))
-    if args.json:
-        args.json.write_text(json.dumps(table, indent=1) + "\n", encoding="utf-8")
     return 0
 
 
@@ -246,16 +295,19 @@ def _line(name: str, row: dict[str, Any]) -> str:
 
 
 def render(table: dict[str, Any]) -> str:
-    """The markdown table: release | probes right/wrong/fails | models written/matching/refused/fails/wrong."""
+    """The markdown table: release | probes | models written/.../silently wrong | helped/kept/broken/refused."""
     lines = ["| release (`--for`) | probes right / wrong / fail | models written / matching / refused / fail there /"
-             " silently wrong |", "|---|---|---|"]
+             " silently wrong | helped / kept / broken / refused (of those matching as exported) |",
+             "|---|---|---|---|"]
     for name, row in table.items():
         p = row.get("probes", {})
         m = row.get("models", {})
         probe_cell = f"{p.get('right', 0)} / {p.get('wrong', 0)} / {p.get('fails', 0)}" if p else "not run"
         model_cell = (f"{m.get('written', 0)} / {m.get('matching', 0)} / {m.get('refused', 0)} / "
                       f"{m.get('fails there', 0)} / {m.get('silently wrong', 0)}") if m else "not run"
-        lines.append(f"| {name} (`{row['spec']}`) | {probe_cell} | {model_cell} |")
+        effect_cell = (f"{m.get('helped', 0)} / {m.get('kept', 0)} / {m.get('broken', 0)} / "
+                       f"{m.get('refused-ok', 0) + m.get('refused-bad', 0)} ({m.get('refused-ok', 0)})") if m else ""
+        lines.append(f"| {name} (`{row['spec']}`) | {probe_cell} | {model_cell} | {effect_cell} |")
     return "\n".join(lines)
 
 

@@ -134,9 +134,9 @@ def convert(
             :data:`lowerer.verification.compare.EXPANSION_ULPS`; see the README's "Verification").
         exact: accept no difference at all (expansions and computing kernels must be bit-identical on
             the verification inputs).
-        for_backend: a runtime target (``onnxruntime==1.14``, ``cpu``, ``cuda``, ``dml``, ``tensorrt``
-            (``tensorrt==8.6``, ``tensorrt<9.2`` ...), ``openvino``, ``coreml``, ``qnn``, ``webgpu``,
-            ``webnn``, ``rknn``, ``winml``): without ``target_opset``, the model goes to the highest opset it
+        for_backend: a runtime target: a backend profile's name (``lowerer/backends/<name>.json``; ``lowerer
+            targets`` lists them), optionally with a version bound (``onnxruntime==1.14``, ``tensorrt<9.2``,
+            ``qnn==2.7`` ...): without ``target_opset``, the model goes to the highest opset it
             loads when its own is higher, and the IR version must be one it loads; after the target opset and
             ``decompose``, rewrite exactly the nodes its profile (``lowerer/backends/<name>.json``) names
             with exact forms, each verified; where its onnxruntime provider is installed, prove the

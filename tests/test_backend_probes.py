@@ -112,7 +112,8 @@ def _citations(text: str) -> set[str]:
     return set(re.findall(r"measured/([\w.+-]+\.json)", text))
 
 
-@pytest.mark.parametrize(("backend", "measured_from"), [("openvino", "0"), ("rknn", "2.5")])
+@pytest.mark.parametrize(("backend", "measured_from"),
+                         [("openvino", "0"), ("rknn", "2.5"), ("tract", "0"), ("mnn", "0"), ("tvm", "0")])
 def test_every_profile_row_and_entry_cites_a_measured_run(backend: str, measured_from: str) -> None:
     """Every entry, and every row from the first measured release on, cites a run and its date.
 

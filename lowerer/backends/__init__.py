@@ -7,7 +7,7 @@
   ``session.disable_cpu_ep_fallback=1``, where that provider is installed;
 * :mod:`lowerer.backends.lowering`: what :func:`lowerer.convert` (``for_backend=``) and ``inspect --for`` do;
 * :mod:`lowerer.backends.witnesses` (and its worker, :mod:`lowerer.backends.witness_worker`): a model run in a
-  backend's real runtime (OpenVINO, onnxruntime-openvino, rknn-toolkit2's simulator) where it is installed;
+  backend's real runtime (one of :mod:`lowerer.backends.runtimes`) where it is installed;
 * :mod:`lowerer.backends.deployment`: the converted model verified on that runtime;
 * :mod:`lowerer.backends.probe_models` and ``measured/``: the probes that measured each profile row, and the
   runs' results the rows cite (the suite itself runs from :mod:`lowerer.cli.probes`).

@@ -1,12 +1,12 @@
 """Verify on the deployment runtime: the converted model run where ``--for BACKEND`` says it must run.
 
-When the runtime of the backend named is installed (a :mod:`~lowerer.backends.witnesses` witness:
-OpenVINO, onnxruntime-openvino, rknn-toolkit2's simulator) and its release is the one the profile was
+When the runtime of the backend named is installed (a :mod:`~lowerer.backends.witnesses` witness: one of
+:mod:`lowerer.backends.runtimes`) and its release is the one the profile was
 applied for, the converted model runs there on the verification inputs, and every output is compared
 with the original model run in onnxruntime's CPU provider (the converted one where onnxruntime cannot
 run the original): discrete outputs exactly, float outputs within the profile's ``tolerance`` (a
 difference relative to the output's largest magnitude, with its source: OpenVINO's CPU plugin at
-fp32 reassociates sums; RKNN computes in fp16).
+fp32 reassociates sums; RKNN and QNN's HTP compute in fp16).
 
 The inputs are the whole-model check's (:func:`lowerer.verification.feeds.generate_sets`: every kind of
 generated values on the dims bound two ways, ±inf and NaN sets where an input is float, or the shapes,
@@ -39,7 +39,8 @@ import numpy as np
 import onnx
 
 from lowerer.backends.profile import Profile, VersionRange
-from lowerer.backends.witnesses import WITNESSES_FOR, Witness, WitnessError, find_witness, release_of
+from lowerer.backends.runtimes import witnesses_for
+from lowerer.backends.witnesses import Witness, WitnessError, find_witness, release_of
 from lowerer.core.errors import VerificationError
 from lowerer.core.report import Report
 from lowerer.verification.compare import OutputStats, Tolerance, output_scale, statistics
@@ -107,13 +108,13 @@ def _holds(named: VersionRange, version: str) -> bool:
 
 def witness_for(profile: Profile) -> tuple[Witness | None, str]:
     """The installed witness of ``profile``'s runtime at a release it names, or None and why not."""
-    runtimes = WITNESSES_FOR.get(profile.runtime)
+    runtimes = witnesses_for(profile.name)
     if not runtimes:
         return None, (f"lowerer has no witness for {profile.runtime or profile.name}: the result was not run on "
                       "the backend")
     reasons = []
     for runtime in runtimes:
-        witness, why = find_witness(runtime)
+        witness, why = find_witness(runtime.name)
         if witness is None:
             reasons.append(why)
             continue

@@ -6,7 +6,8 @@ integers as floats), the maximum first and last in a row, rows of 64 with ties, 
 non-last axes of the coerced-2-D ops (Softmax/LogSoftmax/Hardmax before 13), reduction axes given
 as an input and as an attribute, Shape's ``start``/``end``. :func:`expansion_probes` adds the bodies
 lowerer writes for Gelu-20, RMSNormalization-23, LayerNormalization-17 and Attention-23 (converted
-with :func:`lowerer.convert` at run time).
+with :func:`lowerer.convert` at run time), and :data:`LOWERED` the forms it writes for ops a lower opset lacks
+(the Loop of a scatter reduction, the If of Reshape-14's ``allowzero``, HardSwish's body).
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ import numpy as np
 import onnx
 from onnx import TensorProto, helper, numpy_helper
 
-__all__ = ["Probe", "base_probes", "make_model", "ties"]
+__all__ = ["EXPANSIONS", "LOWERED", "Probe", "base_probes", "make_model", "ties"]
 
 _F = TensorProto.FLOAT
 _I64 = TensorProto.INT64
@@ -301,8 +302,29 @@ def _forms() -> list[Probe]:
         [n("Shape", ["x"], ["s"]), n("ConstantOfShape", ["s"], ["c"],
                                      value=numpy_helper.from_array(np.array([2.0], np.float32))),
          n("Mul", ["x", "c"], ["y"])], 13, [])
+    add("ConstantOfShape-9-no-value", "ConstantOfShape without value (ONNX's default: float32 0)",
+        [n("Shape", ["x"], ["s"]), n("ConstantOfShape", ["s"], ["c"]), n("Add", ["x", "c"], ["y"])], 13, [])
+    add("Split-13-empty-part", "Split into 2, 0 and 2 along the last axis, the parts concatenated back",
+        [n("Split", ["x", "sp"], ["a", "b", "c"], axis=2), n("Concat", ["c", "b", "a"], ["y"], axis=2)], 13,
+        _consts(sp=np.array([2, 0, 2], np.int64)))
+    p.extend(_hardswish_bodies())
     p.extend(_control_flow(x))
     return p
+
+
+def _hardswish_bodies() -> list[Probe]:
+    """HardSwish's body HardSigmoid(x) * x: named as lowerer names it or not, Mul(x, hs) or Mul(hs, x)."""
+    x = np.linspace(-4, 4, 16, dtype=np.float32).reshape(2, 8)
+    probes = []
+    for label, names, operands in (("named-x-hs", ("hs/HardSigmoid__lw2", "hs/Mul__lw3"), ["x", "h"]),
+                                   ("unnamed-x-hs", ("", ""), ["x", "h"]),
+                                   ("named-hs-x", ("hs/HardSigmoid__lw2", "hs/Mul__lw3"), ["h", "x"])):
+        nodes = [helper.make_node("HardSigmoid", ["x"], ["h"], name=names[0], alpha=1 / 6, beta=0.5),
+                 helper.make_node("Mul", operands, ["y"], name=names[1])]
+        probes.append(Probe(f"HardSigmoid-Mul-13-{label}", "forms", "HardSwish's body as written: HardSigmoid then "
+                            f"Mul({', '.join(operands)}), {'named' if names[0] else 'unnamed'}",
+                            make_model(nodes, [("x", _F, x.shape)], [("y", _F)], 13), {"x": x}))
+    return probes
 
 
 def _control_flow(x: np.ndarray) -> list[Probe]:
@@ -382,3 +404,34 @@ def _attention() -> tuple[onnx.ModelProto, dict[str, np.ndarray]]:
 
 EXPANSIONS.update({"Gelu-20-none": lambda: _gelu("none"), "Gelu-20-tanh": lambda: _gelu("tanh"),
                    "RMSNormalization-23": _rms, "LayerNormalization-17": _layernorm, "Attention-23": _attention})
+
+
+def _scatter_elements() -> tuple[onnx.ModelProto, dict[str, np.ndarray]]:
+    x = ties((2, 6), 10)
+    node = helper.make_node("ScatterElements", ["x", "i", "u"], ["y"], axis=1, reduction="max")
+    feeds = {"x": x, "i": np.array([[0, 5, 0], [2, 2, 1]], np.int64), "u": ties((2, 3), 11) + 1}
+    return make_model([node], [("x", _F, (2, 6)), ("i", _I64, (2, 3)), ("u", _F, (2, 3))], [("y", _F)], 18), feeds
+
+
+def _scatter_nd() -> tuple[onnx.ModelProto, dict[str, np.ndarray]]:
+    node = helper.make_node("ScatterND", ["x", "i", "u"], ["y"], reduction="max")
+    feeds = {"x": ties((4, 3), 12), "i": np.array([[1], [1]], np.int64), "u": ties((2, 3), 13) + 1}
+    return make_model([node], [("x", _F, (4, 3)), ("i", _I64, (2, 1)), ("u", _F, (2, 3))], [("y", _F)], 18), feeds
+
+
+def _reshape_allowzero() -> tuple[onnx.ModelProto, dict[str, np.ndarray]]:
+    node = helper.make_node("Reshape", ["x", "s"], ["y"], allowzero=1)
+    feeds = {"x": ties((2, 3, 4), 14), "s": np.array([4, 6], np.int64)}
+    return make_model([node], [("x", _F, ("N", 3, 4)), ("s", _I64, (2,))], [("y", _F)], 14), feeds
+
+
+def _hardswish() -> tuple[onnx.ModelProto, dict[str, np.ndarray]]:
+    x = np.linspace(-4, 4, 16, dtype=np.float32).reshape(2, 8)
+    return make_model([helper.make_node("HardSwish", ["x"], ["y"], name="hs")], [("x", _F, x.shape)], [("y", _F)],
+                      14), {"x": x}
+
+
+#: One-node models whose lowered forms lowerer writes (a Loop, an If, a body), and the targets they are written for.
+LOWERED: dict[str, tuple[Callable[[], tuple[onnx.ModelProto, dict[str, np.ndarray]]], tuple[int, ...]]] = {
+    "ScatterElements-18-max": (_scatter_elements, (17,)), "ScatterND-18-max": (_scatter_nd, (17,)),
+    "Reshape-14-allowzero1-dynamic": (_reshape_allowzero, (13,)), "HardSwish-14": (_hardswish, (13,))}

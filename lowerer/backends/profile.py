@@ -36,13 +36,15 @@ import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from importlib import resources
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import onnx
 
 from lowerer.backends.loads import Loads, loads_for, parse_loads
-from lowerer.backends.witnesses import RUNTIMES, WITNESSES_FOR, installed_release
+from lowerer.backends.runtimes import runtime_of, witnesses_for
+from lowerer.backends.witnesses import installed_release
 from lowerer.core.errors import InputError
 
 if TYPE_CHECKING:
@@ -51,13 +53,13 @@ if TYPE_CHECKING:
 __all__ = ["BACKENDS", "FALLBACK_RUNTIMES", "REWRITES", "DomainSupport", "Entry", "Profile", "aliases_of",
            "backend_names", "load_profile", "load_rows"]
 
-#: The backends that ship a profile, by canonical name.
-BACKENDS = ("cpu", "cuda", "dml", "tensorrt", "openvino", "coreml", "qnn", "webgpu", "webnn", "rknn", "winml")
+#: The backends that ship a profile (``lowerer/backends/<name>.json``), by canonical name: cpu, then by name.
+BACKENDS = tuple(sorted((p.stem for p in Path(__file__).parent.glob("*.json")), key=lambda n: (n != "cpu", n)))
 #: The runtimes (a profile's ``runtime``) that hand a node their kernels refuse to another provider, so that
 #: ``--allow-fallback`` keeps a model running: onnxruntime's providers, TensorRT as onnxruntime's TensorRT
 #: provider (tensorrt.json: "Nodes TensorRT rejects go to the next provider"), Windows ML (onnxruntime's, with
 #: DirectML and the CPU). OpenVINO and rknn-toolkit2 on their own load the whole model or refuse it.
-FALLBACK_RUNTIMES = frozenset({"onnxruntime", "tensorrt", "winml"})
+FALLBACK_RUNTIMES = frozenset({"onnxruntime", "onnxruntime-qnn", "tensorrt", "winml"})
 #: Other names of backends: ``onnxruntime`` is its default (CPU) provider, with onnxruntime's versions.
 _ALIASES = {"directml": "dml", "trt": "tensorrt", "nvidia-tensorrt": "tensorrt", "ov": "openvino",
             "onnxruntime": "cpu", "ort": "cpu", "windowsml": "winml", "rknpu": "rknn"}
@@ -324,7 +326,7 @@ def load_profile(spec: object) -> Profile:
     rows = data["loads"]
     return Profile(name=name, spec=spec.strip(), provider=data["provider"], description=data["description"],
                    entries=tuple(entries), loads=loads_for(rows, op, version) if rows else None,
-                   release=_release(data["runtime"], op, version), runtime=data["runtime"], named=named,
+                   release=_release(data, op, version), runtime=data["runtime"], named=named,
                    chosen=chosen, tolerance=data["tolerance"], tolerance_source=data["tolerance_source"],
                    domains=data["domains"], loops=data["loops"])
 
@@ -332,21 +334,32 @@ def load_profile(spec: object) -> Profile:
 def _unnamed_version(data: dict[str, Any]) -> tuple[str | None, str | None, str]:
     """For a backend named without a version: the installed release of its runtime, else the newest row."""
     runtime = data["runtime"]
-    installed = installed_release(runtime)
+    installed = installed_release(data["backend"])
     if installed is not None:
         found = re.match(r"\d+(?:\.\d+)*", installed[0])
         if found is not None:
             return "==", found.group(0), f"the installed release ({installed[1]})"
     rows = data["loads"]
-    newest = f"the newest row of lowerer's table ({rows[-1].version}); {RUNTIMES[runtime]} is not installed" \
-        if rows else ""
+    record = runtime_of(runtime)
+    label = record.label if record is not None else runtime
+    newest = f"the newest row of lowerer's table ({rows[-1].version}); {label} is not installed" if rows else ""
     return None, None, newest
 
 
-def _release(runtime: str, op: str | None, version: str | None) -> str | None:
-    """The onnxruntime release a spec names (see :attr:`Profile.release`)."""
-    if runtime != "onnxruntime" or version is None or op in (None, ">", ">="):
+def _release(data: Mapping[str, Any], op: str | None, version: str | None) -> str | None:
+    """The onnxruntime release a spec names (see :attr:`Profile.release`).
+
+    A runtime other than onnxruntime whose profile says ``"onnxruntime_versions": "<2"`` numbered its older
+    releases as onnxruntime's (onnxruntime-qnn 1.x was onnxruntime's own QNN build; 2.x is a plugin): a
+    version in that range names that onnxruntime release.
+    """
+    if version is None or op in (None, ">", ">="):
         return None
+    ours = data.get("onnxruntime_versions")
+    if data["runtime"] != "onnxruntime":
+        high, inclusive = VersionRange.parse(op, version).high
+        if ours is None or not (high < ours.high[0] or (high == ours.high[0] and (ours.high[1] or not inclusive))):
+            return None
     if op != "<":
         return version
     from lowerer.backends.kernel_tables import shipped_releases
@@ -388,16 +401,22 @@ def parse_profile(raw: object, source: str) -> dict[str, Any]:
     rows = () if loads is None or isinstance(loads, str) else \
         parse_loads(loads, str(raw.get("runtime") or raw.get("backend") or source), source)
     runtime = str(raw.get("runtime") or "")
+    backend = str(raw.get("backend") or source.rsplit(".", 1)[0])
     tolerance = raw.get("tolerance", {"relative": 1e-5, "source": ""})
     if not isinstance(tolerance, dict) or not isinstance(tolerance.get("relative"), (int, float)) or \
             not 0 <= tolerance["relative"] < 1:
         raise InputError(f"profile {source}: 'tolerance' must be {{\"relative\": a number in [0, 1), \"source\": ...}}")
+    ours = raw.get("onnxruntime_versions")
+    if ours is not None and not (isinstance(ours, str) and re.match(r"^\s*(<=|<)\s*\d+(?:\.\d+)*\s*$", ours)):
+        raise InputError(f"profile {source}: 'onnxruntime_versions' must be like '<2'")
+    onnxruntime_versions = None if ours is None else VersionRange.parse(*re.findall(r"<=|<|\d+(?:\.\d+)*", ours))
     loops = raw.get("loops", True)
     if not isinstance(loops, bool):
         raise InputError(f"profile {source}: 'loops' must be true or false")
     return {"loops": loops, "provider": raw["provider"], "description": str(raw.get("description", "")),
             "entries": entries,
-            "loads": rows, "runtime": runtime, "witnessed": runtime in WITNESSES_FOR,
+            "onnxruntime_versions": onnxruntime_versions,
+            "loads": rows, "runtime": runtime, "backend": backend, "witnessed": bool(witnesses_for(backend)),
             "tolerance": float(tolerance["relative"]), "tolerance_source": str(tolerance.get("source", "")),
             "domains": tuple(_domain(item, f"{source} domains[{i}]") for i, item in enumerate(raw.get("domains", [])))}
 

@@ -1,13 +1,14 @@
 """Runtime witnesses: a model run in a backend's real runtime, where that runtime is installed.
 
-A witness is a runtime that can run a model here, on the CPU: OpenVINO (the ``openvino`` package, CPU
-plugin), onnxruntime-openvino (onnxruntime's OpenVINO execution provider), rknn-toolkit2's simulator,
-or onnxruntime with a named execution provider. None is a dependency of lowerer: a witness exists
-where its package is installed in the Python lowerer runs in, and :func:`find_witness` says why not
-otherwise. Each run happens in a process of its own (:mod:`lowerer.backends.witness_worker`), so a
-runtime that crashes (a plugin's segfault, ``std::terminate``) is reported as that runtime's failure
-and never takes lowerer or its caller down. The model and inputs go through a temporary folder of the
-system's (never the model's folder); nothing is left behind.
+A witness is a runtime that can run a model here, on the CPU: one of :mod:`lowerer.backends.runtimes`
+(OpenVINO, onnxruntime-openvino, rknn-toolkit2's simulator, onnxruntime-qnn's HTP simulator, tract,
+MNN, TVM), or onnxruntime with a named execution provider. None is a dependency of lowerer: a witness
+exists where its package is installed in the Python the witnesses run in (:func:`witness_python`), and
+:func:`find_witness` says why not otherwise. Each run happens in a process of its own
+(:mod:`lowerer.backends.witness_worker`), so a runtime that crashes (a plugin's segfault,
+``std::terminate``) is reported as that runtime's failure and never takes lowerer or its caller down.
+The model and inputs go through a temporary folder of the system's (never the model's folder);
+nothing is left behind.
 
 A witness is a witness, not the truth: what it computes is compared with onnxruntime's CPU provider
 on the original model (:mod:`lowerer.backends.deployment`), and a difference names the party that
@@ -32,19 +33,12 @@ from typing import Any
 import numpy as np
 import onnx
 
-__all__ = ["RUNTIMES", "WITNESSES_FOR", "WITNESS_PYTHON", "Witness", "WitnessError", "find_witness",
-           "installed_release", "installed_version", "release_of", "witness_python"]
+from lowerer.backends.runtimes import runtime_of, witnesses_for
+
+__all__ = ["WITNESS_PYTHON", "Witness", "WitnessError", "find_witness", "installed_release", "installed_version",
+           "release_of", "witness_python"]
 
 _WORKER = Path(__file__).with_name("witness_worker.py")
-#: The runtimes a witness may be, and how each is named in messages.
-RUNTIMES: dict[str, str] = {
-    "openvino": "OpenVINO",
-    "onnxruntime-openvino": "onnxruntime-openvino",
-    "rknn-toolkit2": "rknn-toolkit2",
-}
-#: What a witness runs on, by runtime (messages and reports).
-_DEVICE = {"openvino": "CPU", "onnxruntime-openvino": "OpenVINOExecutionProvider (CPU)",
-           "rknn-toolkit2": "simulator"}
 #: Seconds a version query may take (it imports the runtime) and a run may take.
 VERSION_TIMEOUT = 120.0
 RUN_TIMEOUT = 900.0
@@ -79,11 +73,10 @@ class Witness:
     @property
     def label(self) -> str:
         """``OpenVINO 2026.4.1 CPU``, ``rknn-toolkit2 2.5.0 simulator``."""
-        name = RUNTIMES.get(self.runtime, self.runtime)
-        device = _DEVICE.get(self.runtime, "")
-        if self.runtime.startswith("onnxruntime:"):
-            name, device = "onnxruntime", self.runtime.split(":", 1)[1]
-        return f"{name} {self.version} {device}".strip()
+        record = runtime_of(self.runtime)
+        if record is None:
+            return f"{self.runtime} {self.version}"
+        return f"{record.label} {self.version} {record.device_of(self.runtime.partition(':')[2])}".strip()
 
     def run(self, model: onnx.ModelProto, feeds: Mapping[str, np.ndarray],
             outputs: Sequence[str] | None = None, timeout: float = RUN_TIMEOUT) -> list[np.ndarray]:
@@ -112,11 +105,10 @@ class Witness:
                                       for i, n in enumerate(order)}
             np.savez(work / "feeds.npz", __order__=np.array(json.dumps(order)), __sets__=np.array(len(sets)),
                      **arrays)
+            wanted = [o.name for o in model.graph.output] if outputs is None else list(outputs)
+            (work / "outputs.json").write_text(json.dumps(wanted), encoding="utf-8")
             args = [self.python, str(_WORKER), "run", self.runtime, str(model_path), str(work / "feeds.npz"),
-                    str(work)]
-            if outputs is not None:
-                (work / "outputs.json").write_text(json.dumps(list(outputs)), encoding="utf-8")
-                args.append(str(work / "outputs.json"))
+                    str(work), str(work / "outputs.json")]
             self._call(args, timeout)
             error = work / "error.json"
             if error.exists():
@@ -162,10 +154,11 @@ def _tail(text: str, limit: int = 300) -> str:
 @functools.lru_cache(maxsize=16)
 def _query(runtime: str, python: str) -> tuple[str | None, str]:
     """The installed version of ``runtime`` (None when not installed) and why not."""
-    if runtime not in RUNTIMES and not runtime.startswith("onnxruntime:"):
+    record = runtime_of(runtime)
+    if record is None:
         return None, f"lowerer has no witness for runtime {runtime!r}"
-    if python == sys.executable and runtime in RUNTIMES and not _distribution(runtime):
-        return None, f"{RUNTIMES[runtime]} is not installed in this Python ({python})"
+    if python == sys.executable and not _distribution(record.distribution):
+        return None, f"{record.label} is not installed in this Python ({python}): {record.install}"
     try:
         done = subprocess.run([python, str(_WORKER), "version", runtime], capture_output=True, text=True,
                               timeout=VERSION_TIMEOUT, env=_quiet_env(), check=False)
@@ -174,19 +167,25 @@ def _query(runtime: str, python: str) -> tuple[str | None, str]:
     lines = [line for line in done.stdout.splitlines() if line.startswith("{")]
     found = json.loads(lines[-1]) if lines else {}
     if done.returncode == 0 and "version" in found:
-        bundled = f" (OpenVINO {found['openvino']})" if found.get("openvino") else ""
+        bundled = f" ({_label(record.release)} {found[record.release]})" if found.get(record.release) else ""
         return f"{found['version']}{bundled}", ""
     why = found.get("error") or (f"died with {_signal_name(-done.returncode)}" if done.returncode < 0 else
                                  f"exited with status {done.returncode}")
-    return None, f"{RUNTIMES.get(runtime, runtime)} cannot be imported here: {why}"
+    return None, f"{record.label} cannot be imported here: {why}"
 
 
-def _distribution(runtime: str) -> bool:
-    """Whether the runtime's package is installed (cheap: package metadata, nothing imported)."""
+def _label(name: str) -> str:
+    """The label of runtime ``name`` (its name when lowerer has no module for it)."""
+    record = runtime_of(name)
+    return record.label if record is not None else name
+
+
+def _distribution(name: str) -> bool:
+    """Whether the distribution ``name`` is installed (cheap: package metadata, nothing imported)."""
     from importlib import metadata
 
     try:
-        metadata.version(runtime)
+        metadata.version(name)
     except metadata.PackageNotFoundError:
         return False
     return True
@@ -200,43 +199,40 @@ def installed_version(runtime: str) -> str | None:
     """
     from importlib import metadata
 
-    if runtime not in RUNTIMES:
+    record = runtime_of(runtime)
+    if record is None:
         return None
     if witness_python() != sys.executable:
         return _query(runtime, witness_python())[0]
     try:
-        return metadata.version(runtime)
+        return metadata.version(record.distribution)
     except metadata.PackageNotFoundError:
         return None
 
 
-#: The witnesses that can stand for each runtime a profile names, in the order they are tried.
-WITNESSES_FOR: dict[str, tuple[str, ...]] = {"openvino": ("openvino", "onnxruntime-openvino"),
-                                             "rknn-toolkit2": ("rknn-toolkit2",)}
-
-
 def release_of(witness: Witness) -> str:
     """The backend release a witness stands for (onnxruntime-openvino: the OpenVINO it bundles, when it says)."""
-    bundled = re.search(r"openvino (\d+(?:\.\d+)*)", witness.version, re.IGNORECASE)
+    bundled = re.search(r"\(\S.* (\d+(?:\.\d+)*)\)$", witness.version)
     return bundled.group(1) if bundled else witness.version
 
 
-def installed_release(runtime: str) -> tuple[str, str] | None:
-    """The release of ``runtime`` installed where the witnesses run, and the witness's label; None: none is.
+def installed_release(backend: str) -> tuple[str, str] | None:
+    """The release of ``backend`` installed where the witnesses run, and the witness's label; None: none is.
 
+    The runtimes that witness it are asked in their order (:func:`lowerer.backends.runtimes.witnesses_for`):
     ``openvino`` is OpenVINO itself, else the OpenVINO onnxruntime-openvino bundles (asked of that package:
     its own version is onnxruntime's).
     """
-    for name in WITNESSES_FOR.get(runtime, ()):
-        version = installed_version(name)
+    for record in witnesses_for(backend):
+        version = installed_version(record.name)
         if version is None:
             continue
-        if name == "onnxruntime-openvino":
-            witness, _ = find_witness(name)
+        if record.release:
+            witness, _ = find_witness(record.name)
             if witness is None:
                 continue
             return release_of(witness), witness.label
-        return version, f"{RUNTIMES[name]} {version}"
+        return version, f"{record.label} {version}"
     return None
 
 

@@ -112,9 +112,9 @@ class ConversionArgs(ArgGroup):
                     "--decompose hardmax,layernormalization."}),
         "for_backend": (("--for", "for_backend"), {
             "metavar": "BACKEND", "default": None,
-            "help": "Lower for a runtime target: onnxruntime (e.g. onnxruntime==1.14), cpu, cuda, dml, tensorrt "
-                    "(e.g. tensorrt==8.6), openvino, coreml, qnn, webgpu, webnn, rknn, winml ('lowerer targets' "
-                    "lists them). Takes the model to the highest opset and IR version it loads (unless "
+            "help": "Lower for a runtime target: a backend profile's name, optionally with a version bound "
+                    "(onnxruntime==1.14, tensorrt==8.6, openvino, qnn==2.7, tract ...; 'lowerer targets' lists "
+                    "them). Takes the model to the highest opset and IR version it loads (unless "
                     "--target-opset / --ir-version say otherwise) and rewrites exactly the nodes its profile "
                     "names, with exact forms, each verified; proves the placement where its onnxruntime "
                     "provider is installed."}),

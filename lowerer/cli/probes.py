@@ -3,8 +3,8 @@
 Each probe (:mod:`lowerer.backends.probe_models`) and each of onnx's node test cases (opset <= 23,
 shipped inside the onnx package) is run on a :class:`~lowerer.backends.witnesses.Witness` and compared
 with onnxruntime's CPU provider on the same model and inputs: discrete outputs exactly, floats within
-:data:`DEFAULT_BUDGET` x the output's largest magnitude (the worst measured on OpenVINO 2026.4.1 CPU
-fp32 over the 29 real fixtures was 8.3e-7 x scale), or the runtime's own budget (:data:`BUDGETS`).
+the runtime's budget x the output's largest magnitude (its record's ``BUDGET``,
+:mod:`lowerer.backends.runtimes`; :data:`DEFAULT_BUDGET` for a runtime lowerer has no record of).
 Each gets one status: ``right``, ``wrong`` (with the largest difference, relative to the scale),
 ``fails`` (``stage``: load, compile, run, crash or timeout, and the runtime's message) or
 ``skipped`` (onnxruntime itself cannot run it, or an input no witness takes). The results are a
@@ -14,6 +14,8 @@ Command line::
 
     export LOWERER_WITNESS_PYTHON=/venvs/ov2024/bin/python
     python -m lowerer.cli.probes --runtime openvino --json lowerer/backends/measured/openvino-2024.0.0.json
+    export LOWERER_WITNESS_PYTHON=/venvs/tract/bin/python
+    python -m lowerer.cli.probes --runtime tract --json lowerer/backends/measured/tract-0.23.9.json
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ import argparse
 import collections
 import datetime
 import json
+import re
 import subprocess
 import sys
 import tempfile
@@ -36,20 +39,23 @@ import onnx
 import onnxruntime as ort
 
 from lowerer.backends import witnesses
-from lowerer.backends.probe_models import EXPANSIONS, Probe, base_probes
+from lowerer.backends.probe_models import EXPANSIONS, LOWERED, Probe, base_probes
+from lowerer.backends.runtimes import runtime_of, runtimes
 from lowerer.backends.witnesses import Witness, find_witness
 
-__all__ = ["BUDGETS", "DEFAULT_BUDGET", "Result", "compare", "expansion_probes", "form_probes", "main",
+__all__ = ["DEFAULT_BUDGET", "budget_of", "Result", "compare", "expansion_probes", "form_probes", "main",
            "node_case_probes", "run_probes", "summarize"]
 
-#: Float outputs may differ from onnxruntime CPU by this much x the output's largest magnitude.
+#: Float outputs may differ from onnxruntime CPU by this much x the output's largest magnitude, on a runtime
+#: with no record of its own (each runtime's ``BUDGET`` in :mod:`lowerer.backends.runtimes` says its own).
 DEFAULT_BUDGET = 1e-5
-#: Per runtime budgets. rknn-toolkit2 computes a model built with ``do_quantization=False`` in float16:
-#: ``RKNN.config``'s docstring in rknn-toolkit2 2.5.0 (``rknn/api/rknn.py`` of the cp311 wheel) says
-#: "float_dtype: non quantize data type, currently support: float16, default is float16". float16's unit
-#: roundoff is 2^-11 (4.9e-4); 1e-2 x scale allows about 20 of them at the scale (the worst right probe
-#: measured on its simulator was 8.9e-4 x scale: measured/rknn-toolkit2-2.5.0.json).
-BUDGETS: dict[str, float] = {"rknn-toolkit2": 1e-2}
+
+
+def budget_of(runtime: str) -> float:
+    """The budget of ``runtime`` (``NAME`` or ``NAME:PARAM``): its record's, else :data:`DEFAULT_BUDGET`."""
+    record = runtime_of(runtime)
+    return record.budget if record is not None else DEFAULT_BUDGET
+
 #: The targets each expansion body is written for (lowerer.convert(model, target_opset=T)).
 EXPANSION_TARGETS: dict[str, tuple[int, ...]] = {
     "Gelu-20-none": (18, 17), "Gelu-20-tanh": (18, 17), "RMSNormalization-23": (18, 17),
@@ -135,7 +141,7 @@ def op_versions(model: onnx.ModelProto) -> tuple[str, ...]:
 
 
 def expansion_probes() -> list[Probe]:
-    """The bodies lowerer writes for Gelu-20, RMSNorm-23, LayerNorm-17, Attention-23 at lower opsets."""
+    """The bodies lowerer writes for Gelu-20, RMSNorm-23, LayerNorm-17, Attention-23 and the forms of LOWERED."""
     from lowerer.api import convert  # the probe suite is a leaf: nothing in lowerer imports it
 
     probes = []
@@ -145,6 +151,14 @@ def expansion_probes() -> list[Probe]:
             written = convert(model, target_opset=target).model
             probes.append(Probe(f"{name}-to{target}", "expansion", f"{name}'s body as lowerer writes it at "
                                 f"opset {target}", written, feeds))
+    for name, (build, targets) in LOWERED.items():
+        model, feeds = build()
+        for target in targets:
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")
+                written = convert(model, target_opset=target).model
+            probes.append(Probe(f"{name}-to{target}", "lowered", f"{name} as lowerer writes it at opset {target}",
+                                written, feeds))
     return probes
 
 
@@ -169,6 +183,29 @@ def form_probes() -> list[Probe]:
             written = convert(source.model, target_opset=target, for_backend=FORM_SPEC).model
             probes.append(Probe(f"{source.name}-reduce-to{target}", "reduce-forms", f"{source.name} as the reduce "
                                 f"form lowerer writes at opset {target} (no ArgMax/TopK)", written, source.feeds))
+    return probes + _entry_form_probes()
+
+
+#: Forms an entry names, each written for one profile that names it, from the probes its entry covers: the
+#: pattern of the source probes' names, the profile, the target opset.
+ENTRY_FORMS: dict[str, tuple[str, str, int]] = {
+    "argmax-flip": (r"select_last_index1$|-rows16-last$", "cuda", 13),
+    "last-axis": (r"^Softmax-11-axis[01]$", FORM_SPEC, 11),
+}
+
+
+def _entry_form_probes() -> list[Probe]:
+    """The sources of :data:`ENTRY_FORMS` as each form writes them (``ArgMax-13-rows16-last-argmax-flip``)."""
+    from lowerer.api import convert  # the probe suite is a leaf: nothing in lowerer imports it
+
+    probes = []
+    for form, (pattern, spec, target) in ENTRY_FORMS.items():
+        for source in base_probes():
+            if not re.search(pattern, source.name):
+                continue
+            written = convert(source.model, target_opset=target, for_backend=spec).model
+            probes.append(Probe(f"{source.name}-{form}", "entry-forms", f"{source.name} as the {form} form writes "
+                                "it", written, source.feeds))
     return probes
 
 
@@ -221,7 +258,8 @@ def _write_job(work: Path, index: int, probe: Probe) -> list[str | None]:
     order = list(probe.feeds)
     arrays: dict[str, Any] = {f"s0_in{i}": np.asarray(probe.feeds[n]) for i, n in enumerate(order)}
     np.savez(folder / "feeds.npz", __order__=np.array(json.dumps(order)), __sets__=np.array(1), **arrays)
-    return [str(folder / "model.onnx"), str(folder / "feeds.npz"), str(folder), None]
+    (folder / "outputs.json").write_text(json.dumps([o.name for o in probe.model.graph.output]), encoding="utf-8")
+    return [str(folder / "model.onnx"), str(folder / "feeds.npz"), str(folder), str(folder / "outputs.json")]
 
 
 def _collect(folder: Path) -> list[np.ndarray] | tuple[str, str] | None:
@@ -267,7 +305,7 @@ def run_batch(witness: Witness, probes: Sequence[Probe]) -> list[list[np.ndarray
 
 def run_probes(witness: Witness, probes: Sequence[Probe], budget: float | None = None) -> list[Result]:
     """Run ``probes`` on ``witness``; each compared with onnxruntime CPU (see the module docstring)."""
-    budget = BUDGETS.get(witness.runtime, DEFAULT_BUDGET) if budget is None else budget
+    budget = budget_of(witness.runtime) if budget is None else budget
     references = [_reference(p) for p in probes]
     runnable = [p for p, r in zip(probes, references, strict=True) if not isinstance(r, str)]
     outcomes = iter(run_batch(witness, runnable))
@@ -323,14 +361,15 @@ def _record(witness: Witness, results: Sequence[Result], command: str, budget: f
 
 def _bundled(witness: Witness) -> dict[str, str]:
     """``{"openvino": "2025.4.1"}`` for onnxruntime-openvino (the release its wheel bundles), else empty."""
-    if witness.runtime != "onnxruntime-openvino":
+    record = runtime_of(witness.runtime)
+    if record is None or not record.release:
         return {}
     worker = Path(witnesses.__file__).with_name("witness_worker.py")
     done = subprocess.run([witness.python, str(worker), "version", witness.runtime], capture_output=True, text=True,
                           check=False, env=witnesses._quiet_env())
     lines = [ln for ln in done.stdout.splitlines() if ln.startswith("{")]
     found = json.loads(lines[-1]) if lines else {}
-    return {"openvino": str(found["openvino"])} if "openvino" in found else {}
+    return {record.release: str(found[record.release])} if record.release in found else {}
 
 
 def _table(results: Sequence[Result]) -> str:
@@ -347,8 +386,8 @@ def _table(results: Sequence[Result]) -> str:
 def main(argv: Sequence[str] | None = None) -> int:
     """``python -m lowerer.cli.probes --runtime openvino [--json out.json]``."""
     parser = argparse.ArgumentParser(prog="python -m lowerer.cli.probes", description=__doc__.split("\n")[0])
-    parser.add_argument("--runtime", required=True, help="openvino, onnxruntime-openvino, rknn-toolkit2, or "
-                        "onnxruntime:<ExecutionProvider>; the Python it runs in is LOWERER_WITNESS_PYTHON")
+    parser.add_argument("--runtime", required=True, help=", ".join(r for r in runtimes() if r != "onnxruntime") +
+                        ", or onnxruntime:<ExecutionProvider>; the Python it runs in is LOWERER_WITNESS_PYTHON")
     parser.add_argument("--json", type=Path, help="write the results there (a measured profile)")
     parser.add_argument("--no-node-cases", action="store_true", help="leave out onnx's node test cases")
     args = parser.parse_args(argv)
@@ -359,7 +398,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"probes: no witness: {why}", file=sys.stderr)
         return 2
     probes = base_probes() + expansion_probes() + form_probes() + ([] if args.no_node_cases else node_case_probes())
-    budget = BUDGETS.get(witness.runtime, DEFAULT_BUDGET)
+    budget = budget_of(witness.runtime)
     results = run_probes(witness, probes, budget)
     print(_table(results))
     summary = summarize(results)

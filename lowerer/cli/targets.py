@@ -36,9 +36,10 @@ def targets(as_json: bool) -> None:
 
 
 def targets_table() -> list[dict[str, Any]]:
-    """Every backend: name, aliases, provider, runtime, op entry count and its load limits per release."""
+    """Every backend: name, aliases, provider, op entry count, load limits per release, the runtimes witnessing it."""
     from lowerer.backends.kernel_tables import kernel_table, shipped_releases
     from lowerer.backends.profile import BACKENDS, aliases_of, load_profile, load_rows
+    from lowerer.backends.runtimes import witnesses_for
 
     kernels = []
     for release in shipped_releases():
@@ -52,7 +53,9 @@ def targets_table() -> list[dict[str, Any]]:
         runs_ort = bool(rows) and rows[0]["runtime"] == "onnxruntime"
         table.append({"name": name, "aliases": aliases_of(name), "provider": profile.provider,
                       "entries": len(profile.entries), "loads": rows,
-                      "kernel_tables": kernels if runs_ort else []})
+                      "kernel_tables": kernels if runs_ort else [],
+                      "witnesses": [{"runtime": r.label, "install": r.install, "budget": r.budget}
+                                    for r in witnesses_for(name)]})
     return table
 
 
@@ -64,6 +67,8 @@ def targets_lines(table: list[dict[str, Any]]) -> list[str]:
     for target in table:
         names = ", ".join([target["name"], *target["aliases"]])
         lines.append(f"{names} ({target['provider']}; {target['entries']} op entries)")
+        if target.get("witnesses"):
+            lines.append("  witnessed by " + "; ".join(f"{w['runtime']} ({w['install']})" for w in target["witnesses"]))
         key = repr(target["loads"])
         if target["loads"] and key in shown:
             lines.append(f"  loads what {shown[key]} loads (its versions are {target['loads'][0]['runtime']}'s)")

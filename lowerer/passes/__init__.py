@@ -21,8 +21,8 @@ same passes, in this order, over one :class:`State`:
 7. ``users-session``: the final model opened and run once with onnxruntime's default session options, as
    users open it (the checks run with graph optimizations off; :mod:`lowerer.verification.default_session`);
 8. ``placement``: the backend's provider opens the model with CPU fallback off (``for_backend``);
-9. ``deployment``: the converted model runs on the backend's own runtime where it is installed (OpenVINO,
-   rknn-toolkit2's simulator ...) and is compared with onnxruntime CPU (:mod:`lowerer.backends.deployment`).
+9. ``deployment``: the converted model runs on the backend's own runtime where it is installed (one of
+   :mod:`lowerer.backends.runtimes`) and is compared with onnxruntime CPU (:mod:`lowerer.backends.deployment`).
 
 The contract, enforced by :class:`Pass`: a pass runs only where :meth:`Pass.applies`, works on
 ``state.model`` (only ``optimize`` replaces it), never replaces the options, and its time is recorded in

@@ -1,0 +1,78 @@
+"""The rknn-toolkit2 simulator: ``config``, ``load_onnx``, ``build(do_quantization=False)``, ``init_runtime()``.
+
+No target: the toolkit's simulator on this machine; the platform is ``LOWERER_RKNN_PLATFORM`` (rk3588
+by default). rknn-toolkit2 raises ``ValueError`` holding a whole traceback: its last ``Error:`` line is
+the cause. Loaded by path in the witness worker: imports only the standard library, numpy and rknn.
+"""
+
+from __future__ import annotations
+
+import importlib
+import os
+from typing import Any
+
+NAME = "rknn-toolkit2"
+LABEL = "rknn-toolkit2"
+DEVICE = "simulator"
+DISTRIBUTION = "rknn-toolkit2"
+INSTALL = "pip install rknn-toolkit2 (Python 3.8-3.12; see benchmarks/backend_matrix.py for its pins)"
+BACKENDS = ("rknn",)
+BUDGET = 1e-2
+BUDGET_SOURCE = ("rknn-toolkit2 computes a model built with do_quantization=False in float16: RKNN.config's "
+                 "docstring in rknn-toolkit2 2.5.0 (rknn/api/rknn.py of the cp311 wheel): 'float_dtype: non "
+                 "quantize data type, currently support: float16, default is float16'; float16's unit roundoff "
+                 "is 2^-11 (4.9e-4), 1e-2 x scale allows about 20 of them (the worst right probe measured on its "
+                 "simulator was 8.9e-4 x scale: measured/rknn-toolkit2-2.5.0.json)")
+
+
+def version(param: str) -> dict[str, str]:
+    """rknn-toolkit2's version (ImportError: not installed)."""
+    from importlib import metadata
+
+    return {"version": metadata.version(DISTRIBUTION)}
+
+
+def _cause(error: BaseException) -> BaseException:
+    causes = [ln.strip() for ln in str(error).splitlines() if "Error: " in ln]
+    return RuntimeError(causes[-1]) if causes else error
+
+
+def load(model: str, param: str) -> Any:
+    """An RKNN object configured for the platform with the ONNX model loaded."""
+    rknn = importlib.import_module("rknn.api").RKNN(verbose=False)
+    try:
+        rknn.config(target_platform=os.environ.get("LOWERER_RKNN_PLATFORM", "rk3588"))
+        if rknn.load_onnx(model=model) != 0:
+            raise RuntimeError("rknn-toolkit2's load_onnx returned an error (see its log)")
+    except Exception as e:
+        raise _cause(e) from None
+    return rknn
+
+
+def prepare(loaded: Any, names: list[str] | None, feeds: dict[str, Any], param: str) -> Any:
+    """The model built in float16 and the simulator started."""
+    try:
+        if loaded.build(do_quantization=False) != 0:
+            raise RuntimeError("rknn-toolkit2's build returned an error (see its log)")
+        if loaded.init_runtime() != 0:
+            raise RuntimeError("rknn-toolkit2's init_runtime (the simulator) returned an error")
+    except Exception as e:
+        raise _cause(e) from None
+    return loaded
+
+
+def infer(prepared: Any, feeds: dict[str, Any], names: list[str] | None, order: list[str]) -> list[Any]:
+    """One input set run (inputs in the model's order, NCHW as given)."""
+    try:
+        arrays = [feeds[n] for n in order]
+        outputs = prepared.inference(inputs=arrays, data_format=["nchw"] * len(arrays))
+    except Exception as e:
+        raise _cause(e) from None
+    if outputs is None:
+        raise RuntimeError("rknn-toolkit2's inference returned nothing (see its log)")
+    return list(outputs)
+
+
+def close(prepared: Any) -> None:
+    """The toolkit's resources released."""
+    prepared.release()

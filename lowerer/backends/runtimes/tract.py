@@ -1,0 +1,89 @@
+"""Tract (Sonos' ONNX runtime in Rust, its Python wheel): ``tract.onnx().load``, input facts from the feeds, run.
+
+The model is typed by its own input facts; where that fails (dims not given) or the inputs do not fit
+them, by the inputs' (``set_input_fact(i, "2,16,i64")``), again for an input set of other shapes; then
+made runnable and run; the outputs wanted are the model's (tract names an output after the node that makes it, so a
+list as long as the graph's outputs is taken as those). tract computes in float32 as the model says.
+Loaded by path in the witness worker: imports only the standard library, numpy and tract.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import Any
+
+NAME = "tract"
+LABEL = "tract"
+DEVICE = "CPU"
+DISTRIBUTION = "tract"
+INSTALL = "pip install tract"
+BACKENDS = ("tract",)
+BUDGET = 1e-5
+BUDGET_SOURCE = "the probe budget (tract computes float32 as the model says)"
+_TYPES = {"float32": "f32", "float64": "f64", "float16": "f16", "int64": "i64", "int32": "i32", "int16": "i16",
+          "int8": "i8", "uint8": "u8", "uint16": "u16", "uint32": "u32", "uint64": "u64", "bool": "bool"}
+
+
+def version(param: str) -> dict[str, str]:
+    """The version of tract (ImportError: not installed)."""
+    from importlib import metadata
+
+    importlib.import_module("tract")
+    return {"version": metadata.version(DISTRIBUTION)}
+
+
+def load(model: str, param: str) -> Any:
+    """The model's path, once read by tract's ONNX frontend (it is read again for each typing)."""
+    importlib.import_module("tract").onnx().load(model)
+    return model
+
+
+def _runnable(path: str, names: list[str] | None, feeds: dict[str, Any], facts: bool) -> Any:
+    loaded = importlib.import_module("tract").onnx().load(path)
+    if facts:
+        for i in range(loaded.input_count()):
+            value = feeds[loaded.input_name(i)]
+            loaded.set_input_fact(i, ",".join([*(str(d) for d in value.shape), _TYPES[value.dtype.name]]))
+    outputs = [loaded.output_name(i) for i in range(loaded.output_count())]
+    if names and all(n in outputs for n in names):
+        positions = [outputs.index(n) for n in names]
+    elif not names or len(names) == len(outputs):  # tract names an output after its node: the graph's, in order
+        positions = list(range(len(outputs)))
+    else:
+        raise RuntimeError(f"tract computes only the model's {len(outputs)} outputs, not {len(names)} values")
+    order = [loaded.input_name(i) for i in range(loaded.input_count())]
+    return loaded.into_model().into_runnable(), positions, order, facts
+
+
+def _typed(path: str, names: list[str] | None, feeds: dict[str, Any]) -> Any:
+    """Typed by the model's own facts, else by the feeds' (a model whose inputs' dims are not given)."""
+    try:
+        return _runnable(path, names, feeds, False)
+    except Exception:
+        return _runnable(path, names, feeds, True)
+
+
+def _signature(feeds: dict[str, Any]) -> tuple[tuple[str, tuple[int, ...], str], ...]:
+    return tuple((n, tuple(v.shape), v.dtype.name) for n, v in sorted(feeds.items()))
+
+
+def prepare(loaded: Any, names: list[str] | None, feeds: dict[str, Any], param: str) -> Any:
+    """The model typed (its own facts, else the feeds') and made runnable; again for inputs of other shapes."""
+    return {"path": loaded, _signature(feeds): _typed(loaded, names, feeds)}
+
+
+def infer(prepared: Any, feeds: dict[str, Any], names: list[str] | None, order: list[str]) -> list[Any]:
+    """One input set run (inputs in the model's order)."""
+    key = _signature(feeds)
+    if key not in prepared:
+        prepared[key] = _typed(prepared["path"], names, feeds)
+    runnable, positions, inputs, facts = prepared[key]
+    try:
+        found = runnable.run([feeds[n] for n in inputs])
+    except Exception:
+        if facts:
+            raise
+        prepared[key] = _runnable(prepared["path"], names, feeds, True)  # the model's facts do not fit these inputs
+        runnable, positions, inputs, _ = prepared[key]
+        found = runnable.run([feeds[n] for n in inputs])
+    return [found[k].to_numpy() for k in positions]

@@ -1,0 +1,130 @@
+"""The runtimes lowerer runs models on (lowerer/backends/runtimes/): one module each, and everything reads them.
+
+A row of :data:`ROWS` per runtime: the backend profile it witnesses and its measured probe run. Adding a
+runtime is its module, its profile, its measured run and its row here.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import onnx
+import pytest
+from onnx import TensorProto, helper
+
+from lowerer.backends import witnesses
+from lowerer.backends.plan import scan
+from lowerer.backends.probe_models import EXPANSIONS, LOWERED, base_probes
+from lowerer.backends.profile import BACKENDS, _profile_data, load_profile
+from lowerer.backends.runtimes import runtime_of, runtimes, witnesses_for
+from lowerer.cli.probes import budget_of
+from lowerer.cli.targets import targets_table
+
+BACKENDS_DIR = Path(witnesses.__file__).parent
+#: runtime -> (the backend it witnesses, its measured probe runs).
+ROWS: dict[str, tuple[str | None, tuple[str, ...]]] = {
+    "openvino": ("openvino", ("openvino-2023.0.2", "openvino-2024.0.0", "openvino-2026.4.1")),
+    "onnxruntime-openvino": ("openvino", ("onnxruntime-openvino-1.24.1",)),
+    "rknn-toolkit2": ("rknn", ("rknn-toolkit2-2.5.0",)),
+    "onnxruntime-qnn": ("qnn", ("onnxruntime-qnn-2.7.0",)),
+    "tract": ("tract", ("tract-0.23.9",)),
+    "MNN": ("mnn", ("MNN-3.6.1",)),
+    "apache-tvm": ("tvm", ("apache-tvm-0.27.0.post1",)),
+    "onnxruntime": (None, ()),
+}
+
+
+def test_every_runtime_has_a_row_and_every_row_a_runtime() -> None:
+    assert set(runtimes()) == set(ROWS)
+
+
+@pytest.mark.parametrize("name", sorted(ROWS))
+def test_runtime_record_profile_and_measured_run(name: str) -> None:
+    record = runtimes()[name]
+    backend, measured = ROWS[name]
+    assert record.label and record.install and 0 < record.budget < 1 and record.budget_source
+    assert budget_of(name) == record.budget
+    assert record.backends == (() if backend is None else (backend,))
+    if backend is not None:
+        assert backend in BACKENDS and record in witnesses_for(backend)
+        assert load_profile(backend).runtime not in ("", "onnxruntime")
+        listed = next(t for t in targets_table() if t["name"] == backend)
+        assert record.label in [w["runtime"] for w in listed["witnesses"]]
+    for stem in measured:
+        run = json.loads((BACKENDS_DIR / "measured" / f"{stem}.json").read_text(encoding="utf-8"))
+        assert run["runtime"] == name and stem == f"{name}-{run['version']}"
+        assert run["budget"] == record.budget and run["date"] and run["summary"]["total"]
+
+
+@pytest.mark.parametrize("backend", sorted({row[0] for row in ROWS.values() if row[0] is not None}))
+def test_every_form_entry_of_a_witnessed_profile_is_exercised_by_a_probe(backend: str) -> None:
+    """Each entry of a measured profile that names a form matches some probe model (its source cites probes)."""
+    models = [p.model for p in base_probes()] + [build()[0] for build in EXPANSIONS.values()] + \
+        [build()[0] for build, _ in LOWERED.values()]
+    entries = _profile_data(backend)["entries"]
+    hit = set()
+    for spec in {backend, *(backend + e.backend_versions_text for e in entries if e.backend_versions_text)}:
+        profile = load_profile(spec)
+        hit |= {id(f.entry) for model in models for f in scan(model, profile)}
+    missing = [e.describe() for e in entries if e.rewrite is not None and id(e) not in hit]
+    assert missing == []
+
+
+def test_every_backend_of_another_runtime_has_a_witness() -> None:
+    """A profile whose runtime is not onnxruntime names a runtime some record witnesses it with."""
+    for name in BACKENDS:
+        profile = load_profile(name)
+        if profile.runtime in ("onnxruntime", "tensorrt", "winml"):
+            continue
+        assert witnesses_for(name), name
+        assert runtime_of(profile.runtime) is not None, (name, profile.runtime)
+
+
+def test_runtime_modules_load_by_path_without_lowerer() -> None:
+    """The worker loads a runtime's module by path: it imports neither lowerer nor its runtime to read it."""
+    script = ("import sys; sys.path.remove(sys.path[0]) if sys.path[0] == '' else None\n"
+              "import importlib.util, json\n"
+              f"spec = importlib.util.spec_from_file_location('w', {str(BACKENDS_DIR / 'witness_worker.py')!r})\n"
+              "w = importlib.util.module_from_spec(spec); spec.loader.exec_module(w)\n"
+              f"names = {sorted(ROWS)!r}\n"
+              "found = [w.runtime_module(n).NAME for n in names]\n"
+              "heavy = sorted(m for m in sys.modules if m.split('.')[0] in "
+              "('lowerer', 'onnx', 'onnxruntime', 'openvino', 'tract', 'MNN', 'tvm', 'rknn'))\n"
+              "print(json.dumps([found, heavy]))\n")
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, check=True, cwd="/")
+    found, heavy = json.loads(done.stdout.strip().splitlines()[-1])
+    assert found == sorted(ROWS) and heavy == []
+
+
+def test_a_runtime_not_installed_says_how_to_install_it(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv(witnesses.WITNESS_PYTHON, raising=False)
+    monkeypatch.setattr(witnesses, "_distribution", lambda name: False)
+    witnesses._query.cache_clear()
+    try:
+        witness, why = witnesses.find_witness("tract")
+    finally:
+        witnesses._query.cache_clear()
+    assert witness is None and "tract is not installed" in why and "pip install tract" in why
+
+
+def test_onnxruntime_witness_label_and_run() -> None:
+    witness, why = witnesses.find_witness("onnxruntime:CPUExecutionProvider")
+    assert witness is not None, why
+    assert witness.label.startswith("onnxruntime ") and witness.label.endswith(" CPUExecutionProvider")
+    node = helper.make_node("Relu", ["x"], ["y"])
+    graph = helper.make_graph([node], "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [3])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [3])])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)], ir_version=8)
+    onnx.checker.check_model(model)
+    (y,) = witness.run(model, {"x": np.array([-1.0, 0.0, 2.0], np.float32)})
+    np.testing.assert_array_equal(y, [0.0, 0.0, 2.0])
+
+
+def test_release_of_a_bundling_runtime_is_the_bundled_release() -> None:
+    bundled = witnesses.Witness("onnxruntime-openvino", "1.24.1 (OpenVINO 2025.4.1)")
+    assert witnesses.release_of(bundled) == "2025.4.1"
+    assert witnesses.release_of(witnesses.Witness("onnxruntime-qnn", "2.7.0")) == "2.7.0"
