@@ -274,6 +274,9 @@ def _forms() -> list[Probe]:
          n("Cast", ["e"], ["y"], to=_F)], 13, _consts(iota=np.arange(4, dtype=np.int64)))
     for opset in (1, 9, 11, 13):
         add(f"Flatten-{opset}-axis2", "Flatten axis=2", [n("Flatten", ["x"], ["y"], axis=2)], opset, [])
+    nan_x = np.array([[np.nan, 1, np.inf, -np.inf], [0, -0.0, np.nan, 3]], np.float32)
+    add("IsNaN-13", "IsNaN on NaN, ±inf, ±0 and finite values (isnan-equal writes Not(Equal(x, x)))",
+        [n("IsNaN", ["x"], ["y"])], 13, [], TensorProto.BOOL, {"x": nan_x})
     add("Reshape-1-attribute", "Reshape-1 (shape as an attribute)", [n("Reshape", ["x"], ["y"], shape=[6, 4])], 1,
         [])
     p[-1].model.graph.output[0].CopyFrom(helper.make_tensor_value_info("y", _F, [6, 4]))
