@@ -34,21 +34,7 @@ PUBLIC_API: dict[str, frozenset[str]] = {
 #: keep alive: (importing file, module imported from, name); (a file, its own module, name) is a re-export in
 #: that file's ``__all__``. Each goes when its import names the defining module (then the name leaves the
 #: re-exporting module's ``__all__`` and this set).
-PENDING: frozenset[tuple[str, str, str]] = frozenset({
-    ("lowerer/backends/deployment.py", "lowerer.model_io", "external_data_locations"),
-    ("lowerer/backends/lowering.py", "lowerer.model_io", "external_data_locations"),
-    ("lowerer/backends/deployment.py", "lowerer.verification.feeds", "FeedSet"),
-    ("lowerer/backends/deployment.py", "lowerer.verification.feeds", "merge_specs"),
-    ("lowerer/backends/deployment.py", "lowerer.verification.feeds", "model_inputs"),
-    ("lowerer/backends/plan.py", "lowerer.steps.engine", "Pick"),
-    ("lowerer/backends/lowering.py", "lowerer.backends.lowering", "PICKED"),
-    ("lowerer/backends/__init__.py", "lowerer.backends", "BACKENDS"),
-    ("lowerer/backends/__init__.py", "lowerer.backends", "REWRITES"),
-    ("lowerer/backends/__init__.py", "lowerer.backends", "Entry"),
-    ("lowerer/backends/__init__.py", "lowerer.backends", "Profile"),
-    ("lowerer/backends/__init__.py", "lowerer.backends", "backend_names"),
-    ("lowerer/backends/__init__.py", "lowerer.backends", "load_profile"),
-})
+PENDING: frozenset[tuple[str, str, str]] = frozenset()
 
 
 @functools.cache

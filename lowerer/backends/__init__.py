@@ -16,7 +16,3 @@ Imports verification, the step engine, facts, model I/O and core; never a rule, 
 """
 
 from __future__ import annotations
-
-from lowerer.backends.profile import BACKENDS, REWRITES, Entry, Profile, backend_names, load_profile
-
-__all__ = ["BACKENDS", "REWRITES", "Entry", "Profile", "backend_names", "load_profile"]

@@ -44,7 +44,8 @@ from lowerer.backends.witnesses import Witness, WitnessError, find_witness, rele
 from lowerer.core.errors import VerificationError
 from lowerer.core.report import Report
 from lowerer.verification.compare import OutputStats, Tolerance, output_scale, statistics
-from lowerer.verification.feeds import FeedSet, generate_sets, merge_specs, model_inputs, recorded
+from lowerer.verification.feeds import generate_sets, recorded
+from lowerer.verification.graph_inputs import FeedSet, merge_specs, model_inputs
 from lowerer.verification.providers import CPU
 from lowerer.verification.runner import SessionMaker
 from lowerer.verification.whole import ModelCheckOptions
@@ -158,7 +159,7 @@ def check_deployment(original: onnx.ModelProto | None, converted: onnx.ModelProt
 
 
 def _has_external_data(model: onnx.ModelProto) -> bool:
-    from lowerer.model_io import external_data_locations
+    from lowerer.model_io.external_data import external_data_locations
 
     return bool(external_data_locations(model))
 

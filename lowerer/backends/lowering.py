@@ -21,30 +21,19 @@ from typing import Any
 import onnx
 
 from lowerer.backends.plan import BackendPlan, Finding, Kept, scan
-from lowerer.backends.profile import FALLBACK_RUNTIMES, Profile, load_profile
+from lowerer.backends.profile import FALLBACK_RUNTIMES, Profile
 from lowerer.backends.proof import FAILED, NOT_PROVEN, PROVEN, Placement, prove_placement
-from lowerer.core.errors import ConversionError, InputError
+from lowerer.core.errors import ConversionError
 from lowerer.core.opsets import default_opset
 from lowerer.core.remedies import FALLBACK
 from lowerer.core.report import Report
 from lowerer.model_io.scopes import iter_scopes
 from lowerer.steps.registry import PICKED
 
-__all__ = ["PICKED", "backend_record", "backend_remedy", "check_domains", "check_loads", "finish", "make_plan",
+__all__ = ["backend_record", "backend_remedy", "check_domains", "check_loads", "finish",
            "own_forms_refused", "prove", "refusal"]
 
 logger = logging.getLogger(__name__)
-
-
-def make_plan(for_backend: object, allow_fallback: object) -> BackendPlan:
-    """The plan for ``for_backend`` (a backend spec such as ``cuda`` or ``tensorrt<9.2``).
-
-    Raises:
-        InputError: an unknown backend or a malformed spec, or ``allow_fallback`` not a bool.
-    """
-    if not isinstance(allow_fallback, bool):
-        raise InputError(f"allow_fallback must be True or False, not {allow_fallback!r}")
-    return BackendPlan(load_profile(for_backend), allow_fallback=allow_fallback)
 
 
 def refusal(finding: Finding, profile: Profile, reason: str, more: list[Finding], remedy: str) -> str:
@@ -286,7 +275,7 @@ def prove(model: onnx.ModelProto, plan: BackendPlan, report: Report, data_dir: o
     import os
 
     from lowerer.core.errors import VerificationError
-    from lowerer.model_io import external_data_locations
+    from lowerer.model_io.external_data import external_data_locations
     from lowerer.verification.ort_support import MIN_ORT_OPSET, max_ort_opset
 
     provider = plan.profile.provider

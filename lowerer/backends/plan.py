@@ -20,7 +20,7 @@ from lowerer.backends.profile import Entry, Profile
 from lowerer.core.errors import ConversionError
 from lowerer.core.opsets import since_version
 from lowerer.model_io.scopes import Scope, iter_scopes
-from lowerer.steps.engine import Pick
+from lowerer.steps.conversion import Pick
 
 __all__ = ["BackendPlan", "Finding", "Kept", "scan"]
 

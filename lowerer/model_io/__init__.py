@@ -29,9 +29,6 @@ everything else is imported from the module that defines it.
 
 from __future__ import annotations
 
-from lowerer.model_io.external_data import external_data_locations
 from lowerer.model_io.saving import save_model
 
-# external_data_locations: imported from here by lowerer/backends/ until its imports name the defining module
-# (tests/test_no_reexports.py's PENDING)
-__all__ = ["external_data_locations", "save_model"]
+__all__ = ["save_model"]

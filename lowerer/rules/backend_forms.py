@@ -3,7 +3,7 @@
 Each is a :class:`~lowerer.steps.emitter.Rule` the step engine applies to the nodes a profile names
 (see :mod:`lowerer.backends`); none is applied by ``--decompose``, so ``--decompose all`` keeps
 its meaning. Together with the decompositions (``hardmax``, ``globalmaxpool``) and function-body
-expansion they are the forms of :data:`lowerer.backends.REWRITES`:
+expansion they are the forms of :data:`lowerer.backends.profile.REWRITES`:
 
 * :class:`SelectLastIndexForm` (``argmax-flip``): ArgMax/ArgMin with ``select_last_index=1``
   as the reversed axis, the first extremum, and the index mapped back (the version rule's

@@ -58,8 +58,7 @@ from lowerer.steps.signature import formal_types
 from lowerer.steps.stamping import MAX_PER_KEY, NamesMade, Pattern, Recorder, record, static_key
 from lowerer.steps.table import steps_between
 
-# "Pick": imported from here by lowerer/backends/plan.py until that import names lowerer.steps.conversion
-__all__ = ["Pick", "StepEngine"]
+__all__ = ["StepEngine"]
 
 logger = logging.getLogger(__name__)
 

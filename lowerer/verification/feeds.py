@@ -41,21 +41,14 @@ from lowerer.verification.graph_inputs import (
     FeedSet,
     InputSpec,
     listing,
-    merge_specs,
-    model_inputs,
     type_name,
 )
 from lowerer.verification.index_inputs import find_index_uses, index_range
 from lowerer.verification.inputs import generate
 
-# FeedSet, merge_specs, model_inputs: imported from here by lowerer/backends/deployment.py until its imports name
-# lowerer.verification.graph_inputs
 __all__ = [
-    "FeedSet",
     "generate_sets",
     "load_sets",
-    "merge_specs",
-    "model_inputs",
     "model_sets",
     "recorded",
     "save_sets",
