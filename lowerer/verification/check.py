@@ -195,22 +195,36 @@ class RewriteVerifier:
         result = self._check_types(rewrite, canon, specs, elems, combos, self.sessions)
         if result.status != "failed" or result.provider == "onnx.checker":
             return result
+        settled, result = self.second_opinions(rewrite, canon, result, lambda sessions, by_spec, replay: (
+            self._check_types(rewrite, canon, specs, elems, combos, sessions, by_spec=by_spec, replay=replay)))
+        if settled:
+            return result
+        return self._replacement_departs(rewrite, canon, specs, elems, combos, result) or result
+
+    def second_opinions(self, rewrite: Rewrite, canon: _Canon, result: CheckResult,
+                        rerun: Callable[[SessionMaker, bool, dict[str, np.ndarray] | None], CheckResult]
+                        ) -> tuple[bool, CheckResult]:
+        """A failed check run again on the CPU provider, then with the original judged by its spec.
+
+        ``rerun(sessions, by_spec, replay)`` runs the same input sets. Returns (True, the outcome) where a
+        party other than the rewrite is found to depart (the provider's kernel, or onnxruntime's CPU kernel
+        of the original for a departure ``departures.json`` lists), else (False, the failure as it stands).
+        """
         if self.providers[0] != CPU:
-            on_cpu = self._check_types(rewrite, canon, specs, elems, combos, self._cpu_sessions(),
-                                       replay=(result.evidence or {}).get("feeds"))
+            on_cpu = rerun(self._cpu_sessions(), False, (result.evidence or {}).get("feeds"))
             if on_cpu.status == "verified":
-                return blame.provider_departs(rewrite, result, on_cpu, self.providers[0])
+                return True, blame.provider_departs(rewrite, result, on_cpu, self.providers[0])
             result = on_cpu if on_cpu.status == "failed" else result
         if reference.supports([canon.original], rewrite.from_opset) is None:
-            by_spec = self._check_types(rewrite, canon, specs, elems, combos, self._cpu_sessions(), by_spec=True)
+            by_spec = rerun(self._cpu_sessions(), True, None)
             if by_spec.status == "verified":
                 feeds = (result.evidence or {}).get("feeds") or {}
                 listed = blame.listed_departure(rewrite.op_type, rewrite.from_version, result.provider or CPU,
                                                 [feeds[c] for c, _ in canon.inputs if c in feeds])
                 if listed is not None:
-                    return blame.kernel_departs_from_spec(rewrite, result, by_spec, listed)
+                    return True, blame.kernel_departs_from_spec(rewrite, result, by_spec, listed)
                 result.details["spec_agrees"] = blame.unlisted(rewrite, result)
-        return self._replacement_departs(rewrite, canon, specs, elems, combos, result) or result
+        return False, result
 
     def _replacement_departs(self, rewrite: Rewrite, canon: _Canon, specs: list[Spec], elems: list[int],
                              combos: list[tuple[tuple[int, ...], ...]], failed: CheckResult) -> CheckResult | None:

@@ -37,15 +37,12 @@ import onnx
 
 from lowerer.core.errors import LowererError, VerificationError
 from lowerer.core.report import Rewrite
-from lowerer.facts import reference
-from lowerer.verification import blame
 from lowerer.verification.budget import available_memory, claimed_bytes, gib
 from lowerer.verification.canon import Canon, canon_of
 from lowerer.verification.check import RewriteVerifier
 from lowerer.verification.feeds import model_sets
 from lowerer.verification.graph_inputs import model_inputs
 from lowerer.verification.inputs import MAX_ELEMENTS
-from lowerer.verification.providers import CPU
 from lowerer.verification.result import CheckResult
 from lowerer.verification.runner import Engine, SessionMaker, ort_can_exchange
 from lowerer.verification.trial import Trial
@@ -229,22 +226,8 @@ def _judged(verifier: RewriteVerifier, rewrite: Rewrite, canon: Canon, sets: lis
     result = _run(verifier, rewrite, canon, sets, verifier.sessions, engines)
     if result.status != "failed" or result.provider == "onnx.checker":
         return result
-    cpu = verifier._cpu_sessions()
-    if verifier.providers[0] != CPU:
-        on_cpu = _run(verifier, rewrite, canon, sets, cpu, engines)
-        if on_cpu.status == "verified":
-            return blame.provider_departs(rewrite, result, on_cpu, verifier.providers[0])
-        result = on_cpu if on_cpu.status == "failed" else result
-    if reference.supports([canon.original], rewrite.from_opset) is None:
-        by_spec = _run(verifier, rewrite, canon, sets, cpu, engines, by_spec=True)
-        if by_spec.status == "verified":
-            feeds = (result.evidence or {}).get("feeds") or {}
-            listed = blame.listed_departure(rewrite.op_type, rewrite.from_version, result.provider or CPU,
-                                            [feeds[c] for c, _ in canon.inputs if c in feeds])
-            if listed is not None:
-                return blame.kernel_departs_from_spec(rewrite, result, by_spec, listed)
-            result.details["spec_agrees"] = blame.unlisted(rewrite, result)
-    return result
+    return verifier.second_opinions(rewrite, canon, result, lambda sessions, by_spec, replay: (
+        _run(verifier, rewrite, canon, sets, sessions, engines, by_spec=by_spec)))[1]
 
 
 def _run(verifier: RewriteVerifier, rewrite: Rewrite, canon: Canon, sets: list[tuple[str, list[np.ndarray]]],
