@@ -50,7 +50,7 @@ class InputSet:
     kind: str
     shapes: tuple[tuple[int, ...], ...]
 
-    def describe(self, names: Sequence[str], dtypes: Sequence[np.dtype[Any]],
+    def describe(self, names: Sequence[str], dtypes: Sequence[np.dtype[Any] | str],
                  kinds: Sequence[str] | None = None) -> str:
         """``kind (x: float32[2,3])``; an input generated as another kind says which (``c: bool[2,3] normal``)."""
         per_input = kinds if kinds is not None else [self.kind] * len(names)
