@@ -159,8 +159,11 @@ def _in_range(kind: str, dtype: np.dtype[Any], shape: tuple[int, ...], low: floa
 def generate_sets(model: onnx.ModelProto, specs: Sequence[InputSpec], *, seed_key: Sequence[int],
                   input_shapes: Mapping[str, tuple[int, ...]] | None = None,
                   value_ranges: Mapping[str, tuple[float, float]] | None = None,
-                  special: bool = False) -> tuple[list[FeedSet], list[str]]:
+                  special: bool = False, kinds: Sequence[str] = MODEL_SET_KINDS) -> tuple[list[FeedSet], list[str]]:
     """The generated input sets, and notes on how index-like inputs and ranges were chosen.
+
+    ``kinds``: the kinds made per binding (a prefix of :data:`MODEL_SET_KINDS`, so that the sets made are
+    those the full call starts with, for a seed).
 
     ``special``: after the :data:`MODEL_SET_KINDS` sets, one set per :data:`MODEL_SPECIAL_KINDS` kind and binding
     where an input is float (not steered by a range or an index use), the others ``normal`` there.
@@ -177,7 +180,7 @@ def generate_sets(model: onnx.ModelProto, specs: Sequence[InputSpec], *, seed_ke
     notes: list[str] = []
     sets: list[FeedSet] = []
     for binding in _bindings(specs, shapes):
-        for kind in MODEL_SET_KINDS:
+        for kind in kinds:
             feeds: dict[str, np.ndarray] = {}
             for spec in specs:
                 shape = binding[spec.name]

@@ -138,22 +138,34 @@ def find_index_uses(model: onnx.ModelProto, specs: Sequence[InputSpec]) -> dict[
     """For each graph input that is used as indices (directly or through ops that only move values): where.
 
     Sizes come from initializers, stated and inferred value types (onnx's shape inference on
-    the model without its external data), and graph inputs' own dims.
+    the model without its external data), and graph inputs' own dims. Shape inference runs only
+    where a use's size is not known without it (it gives no size a stated type already gives).
     """
     static: dict[str, Sequence[int | None]] = {}
     for t in model.graph.initializer:
         static[t.name] = [int(d) for d in t.dims]
-    typed = list(model.graph.value_info)
-    with contextlib.suppress(Exception):  # shape inference is a help here, never a requirement
-        if model.ByteSize() < (1 << 30):
-            typed += list(onnx.shape_inference.infer_shapes(model).graph.value_info)
-    for vi in typed:
-        if vi.name not in static and vi.type.HasField("tensor_type") and vi.type.tensor_type.HasField("shape"):
-            static[vi.name] = [d.dim_value if d.HasField("dim_value") else None for d in vi.type.tensor_type.shape.dim]
+    _add_types(static, model.graph.value_info)
     graph_inputs: dict[str, Sequence[int | None]] = {}
     for s in specs:
         graph_inputs[s.name] = [d if isinstance(d, int) else None for d in s.dims]
-    static.update(graph_inputs)
+    found = _uses(model, specs, {**static, **graph_inputs}, graph_inputs)
+    if any(u.size is None and u.size_from is None for uses in found.values() for u in uses):
+        with contextlib.suppress(Exception):  # shape inference is a help here, never a requirement
+            if model.ByteSize() < (1 << 30):
+                _add_types(static, onnx.shape_inference.infer_shapes(model).graph.value_info)
+                found = _uses(model, specs, {**static, **graph_inputs}, graph_inputs)
+    return found
+
+
+def _add_types(static: dict[str, Sequence[int | None]], typed: Iterable[onnx.ValueInfoProto]) -> None:
+    """The dims of ``typed`` values not in ``static`` yet."""
+    for vi in typed:
+        if vi.name not in static and vi.type.HasField("tensor_type") and vi.type.tensor_type.HasField("shape"):
+            static[vi.name] = [d.dim_value if d.HasField("dim_value") else None for d in vi.type.tensor_type.shape.dim]
+
+
+def _uses(model: onnx.ModelProto, specs: Sequence[InputSpec], static: Mapping[str, Sequence[int | None]],
+          graph_inputs: Mapping[str, Sequence[int | None]]) -> dict[str, list[IndexUse]]:
     walker = _Walker(model, static, graph_inputs)
     found: dict[str, list[IndexUse]] = {}
     for s in specs:

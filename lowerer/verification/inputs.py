@@ -148,9 +148,9 @@ def generate(kind: str, elem_type: int, shape: tuple[int, ...], rng: np.random.G
 
 def _float_input(kind: str, dtype: np.dtype[Any], shape: tuple[int, ...], rng: np.random.Generator) -> np.ndarray:
     if kind == "ties":
-        return rng.integers(-1, 1, size=shape).astype(np.float32).astype(dtype)
+        return rng.integers(-1, 1, size=shape).astype(dtype)  # -1 and 0: exact in every float type
     if kind == "all-equal":
-        return np.full(shape, np.float32(rng.integers(-3, 4) * 0.5)).astype(dtype)
+        return np.full(shape, np.float32(rng.integers(-3, 4) * 0.5)).astype(dtype, copy=False)
     if kind == "edges":
         info = ml_dtypes.finfo(dtype) if dtype == _BF16 else np.finfo(dtype)  # type: ignore[no-untyped-call]
         pool = np.array([float(info.max), -float(info.max), float(info.smallest_subnormal), 0.0, -0.0,
@@ -163,7 +163,7 @@ def _float_input(kind: str, dtype: np.dtype[Any], shape: tuple[int, ...], rng: n
         x[(u >= 0.2) & (u < 0.4)] = -np.inf
     elif kind == "nan":
         x[rng.random(size=shape) < 0.15] = np.nan
-    return x.astype(dtype)
+    return x.astype(dtype, copy=False)
 
 
 def _int_input(kind: str, dtype: np.dtype[Any], shape: tuple[int, ...], rng: np.random.Generator) -> np.ndarray:
