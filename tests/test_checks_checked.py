@@ -81,6 +81,24 @@ def test_a_model_only_the_default_options_fail_is_exit_1(qdq_path: Path,  # noqa
         lowerer.convert(onnx.load(qdq_path), target_opset=10, fold_dequantize=True)
 
 
+@pytest.mark.parametrize("name", ["resnet18.dynamo.opset20.onnx", "mobilenet_v3_small.legacy.opset17.onnx"])
+def test_the_users_session_thread_count_changes_no_optimization(name: str, tmp_path: Path) -> None:
+    """The users'-session check opens with one thread (default_session.py): onnxruntime's optimizer ignores it."""
+    from collections import Counter
+
+    graphs = []
+    for threads in (0, 1):  # 0: onnxruntime's default pools
+        so = ort.SessionOptions()
+        so.intra_op_num_threads = so.inter_op_num_threads = threads
+        so.optimized_model_filepath = str(tmp_path / f"{threads}.onnx")
+        ort.InferenceSession(str(Path(__file__).parent / "fixtures" / "real" / name), so,
+                             providers=["CPUExecutionProvider"])
+        optimized = onnx.load(so.optimized_model_filepath)
+        graphs.append(Counter((n.domain, n.op_type, tuple(a.SerializeToString() for a in n.attribute))
+                              for n in optimized.graph.node))
+    assert graphs[0] and graphs[0] == graphs[1]  # (on AVX2 machines: NCHWc layouts in both)
+
+
 def test_a_listed_departure_applies_to_the_relabel_check(monkeypatch: pytest.MonkeyPatch) -> None:
     from lowerer.passes import relabels
 
