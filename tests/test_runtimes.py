@@ -47,6 +47,7 @@ def test_runtime_record_profile_and_measured_run(name: str) -> None:
     record = runtimes()[name]
     backend, measured = ROWS[name]
     assert record.label and record.install and 0 < record.budget < 1 and record.budget_source
+    assert record.pip and all(record.pip) and any("{version}" in arg for step in record.pip for arg in step)
     assert budget_of(name) == record.budget
     assert record.backends == (() if backend is None else (backend,))
     if backend is not None:
