@@ -105,7 +105,8 @@ def test_measured_runs_parse() -> None:
         assert name == f"{run['runtime']}-{run['version']}.json"
         assert re.fullmatch(r"\d{4}-\d\d-\d\d", run["date"]) and run["command"].startswith("python -m lowerer")
         total = run["summary"]["total"]
-        assert total.get("right", 0) > 100 and set(total) <= {"right", "wrong", "fails", "skipped"}
+        assert sum(total.values()) > 100 and total.get("right", 0) > 0  # the whole suite ran, and some of it right
+        assert set(total) <= {"right", "wrong", "fails", "skipped"}
         assert all(r["status"] in ("right", "wrong", "fails", "skipped") for r in run["results"].values())
 
 
