@@ -1,10 +1,9 @@
 """Backends measured: the probe suite and ``lowerer convert --for BACKEND==R`` run on release R itself.
 
-Every release R with a measured probe run (``lowerer/backends/measured/<runtime>-<version>.json``: OpenVINO
-2023.0.2, 2024.0.0, 2026.4.1; onnxruntime-openvino 1.24.1, which bundles OpenVINO 2025.4.1; rknn-toolkit2
-2.5.0's simulator; onnxruntime-qnn 2.7.0's HTP simulator; tract 0.23.9; MNN 3.6.1; TVM 0.27), in a venv built
-once (:data:`RECIPES`, else ``pip install <distribution>==<version> numpy onnx``) and cached under ``--cache``
-(``~/.cache/lowerer/backend-venvs/<release>``):
+Every release R with a measured probe run (``lowerer/backends/measured/<runtime>-<version>.json``, whose
+runtime's record witnesses a backend; onnxruntime-openvino stands for the OpenVINO it bundles), in a venv
+built once (:data:`RECIPES`, else its runtime's pip steps, by default ``pip install <distribution>==<version>
+numpy onnx``) and cached under ``--cache`` (``~/.cache/lowerer/backend-venvs/<release>``):
 
 1. the probe suite (``python -m lowerer.cli.probes``, onnx's node cases included) on R: right / wrong /
    fails;
@@ -71,7 +70,8 @@ class Release:
     recipe: tuple[tuple[str, ...], ...]
 
 
-#: pip steps of the releases whose wheels need pins (older OpenVINO on numpy 1; rknn-toolkit2's whole stack).
+#: pip steps of the releases whose wheels need pins (older OpenVINO on numpy 1; rknn-toolkit2's whole stack); any
+#: other release is installed by its runtime's steps (``PIP`` of its module, lowerer/backends/runtimes/).
 RECIPES: dict[str, tuple[tuple[str, ...], ...]] = {
     "openvino-2023.0.2": (("openvino==2023.0.2", "numpy<2", "onnx"),),
     "openvino-2024.0.0": (("openvino==2024.0.0", "numpy<2", "onnx"),),
@@ -91,7 +91,7 @@ def _releases() -> dict[str, Release]:
         version = str(measured["version"])
         named = str(measured.get(record.release, version)) if record.release else version
         spec = f"{record.backends[0]}==" + ".".join(re.findall(r"\d+", named)[:2])
-        recipe = RECIPES.get(path.stem, ((f"{record.distribution}=={version}", "numpy", "onnx"),))
+        recipe = RECIPES.get(path.stem, tuple(tuple(a.format(version=version) for a in step) for step in record.pip))
         found[path.stem] = Release(record.name, version, spec, recipe)
     return found
 

@@ -18,6 +18,7 @@ import pytest
 from onnx import helper
 
 from lowerer.backends.probe_models import Probe, base_probes, make_model, ties
+from lowerer.backends.runtimes import runtimes
 from lowerer.backends.witnesses import Witness
 from lowerer.cli.probes import compare, expansion_probes, run_probes
 
@@ -104,7 +105,8 @@ def test_measured_runs_parse() -> None:
         assert name == f"{run['runtime']}-{run['version']}.json"
         assert re.fullmatch(r"\d{4}-\d\d-\d\d", run["date"]) and run["command"].startswith("python -m lowerer")
         total = run["summary"]["total"]
-        assert total.get("right", 0) > 100 and set(total) <= {"right", "wrong", "fails", "skipped"}
+        assert sum(total.values()) > 100 and total.get("right", 0) > 0  # the whole suite ran, and some of it right
+        assert set(total) <= {"right", "wrong", "fails", "skipped"}
         assert all(r["status"] in ("right", "wrong", "fails", "skipped") for r in run["results"].values())
 
 
@@ -112,16 +114,18 @@ def _citations(text: str) -> set[str]:
     return set(re.findall(r"measured/([\w.+-]+\.json)", text))
 
 
-@pytest.mark.parametrize(("backend", "measured_from"),
-                         [("openvino", "0"), ("rknn", "2.5"), ("tract", "0"), ("mnn", "0"), ("tvm", "0")])
-def test_every_profile_row_and_entry_cites_a_measured_run(backend: str, measured_from: str) -> None:
-    """Every entry, and every row from the first measured release on, cites a run and its date.
+#: The witnessed backends whose profiles are not all measured: rknn's rows before 2.5 are read in rknn-toolkit2's
+#: documents (no release before 2.5 was run here); qnn's entries below 2 in onnxruntime's source (its own rows).
+MEASURED_FROM: dict[str, str | None] = {"rknn": "2.5", "qnn": None}
 
-    rknn's rows before 2.5 are read in rknn-toolkit2's documents (no release before 2.5 was run here).
-    """
+
+@pytest.mark.parametrize("backend", sorted({b for r in runtimes().values() for b in r.backends
+                                            if MEASURED_FROM.get(b, "0") is not None}))
+def test_every_profile_row_and_entry_cites_a_measured_run(backend: str) -> None:
+    """Every entry, and every row from the first measured release on (:data:`MEASURED_FROM`), cites a dated run."""
     runs = _measured()
     profile = json.loads((PROFILES / f"{backend}.json").read_text(encoding="utf-8"))
-    first = tuple(int(p) for p in measured_from.split("."))
+    first = tuple(int(p) for p in str(MEASURED_FROM.get(backend, "0")).split("."))
     rows = [r for r in profile["loads"] if tuple(int(p) for p in r["version"].split(".")) >= first]
     assert rows and profile["tolerance"]["source"]
     for item in [*rows, *profile["entries"]]:

@@ -34,6 +34,7 @@ ROWS: dict[str, tuple[str | None, tuple[str, ...]]] = {
     "tract": ("tract", ("tract-0.23.9",)),
     "MNN": ("mnn", ("MNN-3.6.1",)),
     "apache-tvm": ("tvm", ("apache-tvm-0.27.0.post1",)),
+    "ncnn": ("ncnn", ("ncnn-1.0.20261020",)),
     "onnxruntime": (None, ()),
 }
 
@@ -47,6 +48,7 @@ def test_runtime_record_profile_and_measured_run(name: str) -> None:
     record = runtimes()[name]
     backend, measured = ROWS[name]
     assert record.label and record.install and 0 < record.budget < 1 and record.budget_source
+    assert record.pip and all(record.pip) and any("{version}" in arg for step in record.pip for arg in step)
     assert budget_of(name) == record.budget
     assert record.backends == (() if backend is None else (backend,))
     if backend is not None:
@@ -93,7 +95,7 @@ def test_runtime_modules_load_by_path_without_lowerer() -> None:
               f"names = {sorted(ROWS)!r}\n"
               "found = [w.runtime_module(n).NAME for n in names]\n"
               "heavy = sorted(m for m in sys.modules if m.split('.')[0] in "
-              "('lowerer', 'onnx', 'onnxruntime', 'openvino', 'tract', 'MNN', 'tvm', 'rknn'))\n"
+              "('lowerer', 'onnx', 'onnxruntime', 'openvino', 'tract', 'MNN', 'tvm', 'rknn', 'ncnn'))\n"
               "print(json.dumps([found, heavy]))\n")
     done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, check=True, cwd="/")
     found, heavy = json.loads(done.stdout.strip().splitlines()[-1])

@@ -11,7 +11,10 @@ the standard library, numpy and its runtime, inside its functions). A module hol
   ``PRIORITY`` (among the witnesses of one backend, the lowest is tried first), ``BUDGET`` and
   ``BUDGET_SOURCE`` (the largest difference a float output may show there, relative to the output's
   largest magnitude, and where that figure comes from), and optionally ``RELEASE`` (the runtime whose
-  release the version query also reports: onnxruntime-openvino's bundled OpenVINO);
+  release the version query also reports: onnxruntime-openvino's bundled OpenVINO), and optionally
+  ``PIP`` (the pip steps that install a release in a fresh venv, ``{version}`` standing for the release:
+  ``benchmarks/backend_matrix.py`` builds its venvs with them; by default
+  ``(("DISTRIBUTION=={version}", "numpy", "onnx"),)``);
 * ``version(param)``: ``{"version": ...}`` (and ``RELEASE``'s key when it has one), raising ImportError
   when the runtime is not installed;
 * ``load(model_path, param)``, ``prepare(loaded, names, feeds, param)`` and
@@ -48,6 +51,7 @@ class Runtime:
     budget: float
     budget_source: str
     release: str
+    pip: tuple[tuple[str, ...], ...]
     path: Path
 
     def device_of(self, param: str) -> str:
@@ -60,7 +64,10 @@ def _record(module: ModuleType) -> Runtime:
                    distribution=str(module.DISTRIBUTION), install=str(module.INSTALL),
                    backends=tuple(module.BACKENDS), priority=int(getattr(module, "PRIORITY", 0)),
                    budget=float(module.BUDGET), budget_source=str(module.BUDGET_SOURCE),
-                   release=str(getattr(module, "RELEASE", "")), path=Path(str(module.__file__)))
+                   release=str(getattr(module, "RELEASE", "")),
+                   pip=tuple(tuple(str(a) for a in step) for step in getattr(
+                       module, "PIP", ((f"{module.DISTRIBUTION}=={{version}}", "numpy", "onnx"),))),
+                   path=Path(str(module.__file__)))
 
 
 @functools.cache
