@@ -145,7 +145,10 @@ def test_a_gemm_c_of_plus_zero_is_refused_for_every_seed(monkeypatch: pytest.Mon
 @pytest.mark.parametrize("align", [0, 1])
 def test_grid_coordinates_land_exactly_on_the_kernels_coordinate_limit(dtype: type, align: int) -> None:
     """onnxruntime samples |coordinate| > 2**62 at the lowest one: the last set puts points on 2**62 and just beyond."""
+    from lowerer.rules.grid_sample import _COORDINATE_LIMIT
     from lowerer.verification.sampling import COORDINATE_LIMIT
+
+    assert COORDINATE_LIMIT == _COORDINATE_LIMIT  # the check's limit is the one the lowering follows
 
     node = helper.make_node("GridSample", ["x", "g"], ["y"], align_corners=align)
     elem = TensorProto.FLOAT if dtype == np.float32 else TensorProto.DOUBLE

@@ -44,7 +44,6 @@ from lowerer.steps.attributes import copy_of, set_attribute
 from lowerer.steps.changes import Semantics, Step
 from lowerer.steps.emitter import Emitter
 from lowerer.steps.registry import DOWN, UP, adapter, lowering
-from lowerer.verification.sampling import COORDINATE_LIMIT
 
 __all__ = ["grid_sample_16", "grid_sample_20"]
 
@@ -78,6 +77,8 @@ _LOWERED_TYPES: dict[int, type[np.floating[Any]]] = {onnx.TensorProto.FLOAT: np.
                                                       onnx.TensorProto.DOUBLE: np.float64}
 #: The ops the lowering needs first exist at 11 (GatherElements, Round).
 _LOWEST_OPSET = 11
+#: The largest |pixel coordinate| onnxruntime samples as it is (beyond, and NaN: at the axis' lowest coordinate).
+_COORDINATE_LIMIT = float(2 ** 62)
 
 
 @dataclass(frozen=True)
@@ -160,7 +161,7 @@ class _Builder:
         onnxruntime 1.32 samples such a coordinate at ``x_min`` (-0.5, or 0 with align_corners), which
         also keeps every later int64 conversion in range.
         """
-        limit = np.nextafter(self.s.dtype(COORDINATE_LIMIT), self.s.dtype(np.inf))
+        limit = np.nextafter(self.s.dtype(_COORDINATE_LIMIT), self.s.dtype(np.inf))
         inside = self.op("Less", self.op("Abs", x), self.num(float(limit)))
         return self.op("Where", inside, x, self.num(0.0 if self.s.align_corners else -0.5))
 

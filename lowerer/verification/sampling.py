@@ -42,6 +42,7 @@ SAMPLED = frozenset({"DeformConv", "GridSample"})
 #: The largest |pixel coordinate| onnxruntime's GridSample kernel samples as it is; beyond it (and NaN) it samples
 #: at the axis' lowest coordinate (-0.5, or 0 with align_corners). Measured on onnxruntime 1.32.0 (GridSample-16,
 #: float32 and float64: a coordinate of 2**62 is sampled as it is, the next representable value at the lowest one).
+#: Stated here apart from the GridSample lowering's own limit: the checks do not take the rules' word for it.
 COORDINATE_LIMIT = float(2 ** 62)
 
 Constructed = tuple[str, dict[int, np.ndarray], str]
@@ -105,8 +106,8 @@ def _unnormalize(g: np.ndarray, size: int, align_corners: bool) -> np.ndarray:
     """A normalized coordinate in pixels, in its own type and in the kernel's order of operations."""
     one, two = g.dtype.type(1.0), g.dtype.type(2.0)
     if align_corners:
-        return (g + one) / two * g.dtype.type(size - 1)
-    return ((g + one) * g.dtype.type(size) - one) / two
+        return np.asarray((g + one) / two * g.dtype.type(size - 1))
+    return np.asarray(((g + one) * g.dtype.type(size) - one) / two)
 
 
 def _at_limit(target: float, size: int, align_corners: bool, dtype: np.dtype[Any]) -> np.ndarray:
@@ -120,7 +121,7 @@ def _at_limit(target: float, size: int, align_corners: bool, dtype: np.dtype[Any
             return g
         if abs(float(got) - float(goal)) < abs(float(_unnormalize(best, size, align_corners)) - float(goal)):
             best = g
-        g = np.nextafter(g, dtype.type(np.inf) if got < goal else dtype.type(-np.inf))
+        g = np.asarray(np.nextafter(g, dtype.type(np.inf) if got < goal else dtype.type(-np.inf)))
     return best
 
 
@@ -136,7 +137,8 @@ def _limit_grid(grid: np.ndarray, sizes: tuple[int, int], align_corners: bool) -
             continue
         target = (beyond, -beyond, limit, -limit)[k % 4]
         out[k, axis] = _at_limit(float(target), sizes[axis], align_corners, dtype)
-    return out.reshape(grid.shape)
+    limited: np.ndarray = out.reshape(grid.shape)
+    return limited
 
 
 def _grid_sample(node: onnx.NodeProto, dtype: np.dtype[Any], shapes: Sequence[tuple[int, ...]],
