@@ -11,7 +11,9 @@ the standard library, numpy and its runtime, inside its functions). A module hol
   ``PRIORITY`` (among the witnesses of one backend, the lowest is tried first), ``BUDGET`` and
   ``BUDGET_SOURCE`` (the largest difference a float output may show there, relative to the output's
   largest magnitude, and where that figure comes from), and optionally ``RELEASE`` (the runtime whose
-  release the version query also reports: onnxruntime-openvino's bundled OpenVINO);
+  release the version query also reports: onnxruntime-openvino's bundled OpenVINO) and ``NONFINITE``
+  (``(op, statement, source)`` per op whose kernel there computes NaN or ±inf otherwise than onnxruntime
+  does, measured: the deployment check records, not judges, a ±inf set whose first departing node is one);
 * ``version(param)``: ``{"version": ...}`` (and ``RELEASE``'s key when it has one), raising ImportError
   when the runtime is not installed;
 * ``load(model_path, param)``, ``prepare(loaded, names, feeds, param)`` and
@@ -49,6 +51,8 @@ class Runtime:
     budget_source: str
     release: str
     path: Path
+    #: ``(op, statement, source)`` per op whose kernel computes NaN or ±inf otherwise than onnxruntime does.
+    nonfinite: tuple[tuple[str, str, str], ...] = ()
 
     def device_of(self, param: str) -> str:
         """The device a witness of this runtime runs on (``param``: what follows ``NAME:``)."""
@@ -60,7 +64,9 @@ def _record(module: ModuleType) -> Runtime:
                    distribution=str(module.DISTRIBUTION), install=str(module.INSTALL),
                    backends=tuple(module.BACKENDS), priority=int(getattr(module, "PRIORITY", 0)),
                    budget=float(module.BUDGET), budget_source=str(module.BUDGET_SOURCE),
-                   release=str(getattr(module, "RELEASE", "")), path=Path(str(module.__file__)))
+                   release=str(getattr(module, "RELEASE", "")), path=Path(str(module.__file__)),
+                   nonfinite=tuple((str(op), str(said), str(source))
+                                   for op, said, source in getattr(module, "NONFINITE", ())))
 
 
 @functools.cache
