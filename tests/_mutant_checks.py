@@ -104,7 +104,7 @@ def _relabels() -> list[Mutant]:
                    "d": np.array(5, _I64), "v": np.array([0, 1], np.float32)}), 9, check="relabel", area="table",
                # onnxruntime runs OneHot-9 and -11 with one kernel: killed by the spec's second witness
                # (departures.json lists OneHot-9's kernel; lowerer/verification/check.py _versions_by_spec)
-               hides="one kernel for two versions"),
+               hides="shared kernel"),
         Mutant("gridsample-20-16-unchanged", "relabel", table_says_same("GridSample", 20),
                lambda: one_node("GridSample", 20, {"mode": "linear"}, inputs=[
                    ("x", F, [1, 1, 3, 4]), ("g", F, [1, 2, 2, 2])]), 16, check="relabel", area="table",

@@ -234,12 +234,14 @@ def _inf_sets(converted: onnx.ModelProto, witness: Witness, sets: list[FeedSet],
     departure on NaN or ±inf, whose effect reaches every value downstream); the departure is named.
     """
     runtime = runtime_of(witness.runtime)
+    infs = [k for k, s in enumerate(sets) if _inf(s.label)]
+    differ = [k for k in infs if not all(s.ok for s in _compare(converted, [expected[k]], [got[k]], [sets[k]],
+                                                                relative))]
+    nodes = dict(zip(differ, _departing_nodes(converted, witness, [sets[k].feeds for k in differ], relative),
+                     strict=True)) if differ and runtime is not None and runtime.nonfinite else {}
     both, recorded = list(judged), []
-    for k in [k for k, s in enumerate(sets) if _inf(s.label)]:
-        one = _compare(converted, [expected[k]], [got[k]], [sets[k]], relative)
-        bad = [s for s in one if not s.ok]
-        node = _departing_node(converted, witness, [sets[k]], bad[0], relative) \
-            if bad and runtime is not None and runtime.nonfinite else None
+    for k in infs:
+        node = nodes.get(k)
         known = next((f"{said} ({source})" for op, said, source in runtime.nonfinite
                       if node is not None and node.op_type == op), None) if runtime is not None else None
         if node is None or known is None:
@@ -378,11 +380,16 @@ def _locate(converted: onnx.ModelProto, witness: Witness, sets: list[FeedSet], b
 def _departing_node(converted: onnx.ModelProto, witness: Witness, sets: list[FeedSet], bad: OutputStats,
                     relative: float) -> onnx.NodeProto | None:
     """:func:`_locate`'s node: the first whose output departs on ``bad``'s worst input set (None: not found)."""
-    graph = converted.graph
-    if len(graph.node) > LOCATE_LIMIT:
-        return None
     index = next((k for k, s in enumerate(sets) if s.label == bad.worst_input_set), len(sets) - 1)
-    feeds = sets[index].feeds
+    return _departing_nodes(converted, witness, [sets[index].feeds], relative)[0]
+
+
+def _departing_nodes(converted: onnx.ModelProto, witness: Witness, feeds: list[dict[str, np.ndarray]],
+                     relative: float) -> list[onnx.NodeProto | None]:
+    """Per input set, the first top-level node whose output departs on the witness (the witness run once)."""
+    graph = converted.graph
+    if len(graph.node) > LOCATE_LIMIT or not feeds:
+        return [None] * len(feeds)
     names = [o for n in graph.node for o in n.output if o]
     probe = onnx.ModelProto()
     probe.CopyFrom(converted)
@@ -394,19 +401,18 @@ def _departing_node(converted: onnx.ModelProto, witness: Witness, sets: list[Fee
     wanted = [o.name for o in probe.graph.output]
     engine = SessionMaker([CPU]).create(probe)
     if isinstance(engine, str):
-        return None
+        return [None] * len(feeds)
     try:
-        want = dict(zip(wanted, engine.run(feeds), strict=True))
-        have = dict(zip(wanted, witness.run(probe, feeds, wanted), strict=True))
+        wants = [dict(zip(wanted, engine.run(f), strict=True)) for f in feeds]
+        haves = [dict(zip(wanted, h, strict=True)) for h in witness.run_sets(probe, feeds, wanted)]
     except (WitnessError, Exception):  # a value the runtime fused away cannot be asked for: no finding
-        return None
-    for node in graph.node:  # in topological order: the first node that departs has inputs that agree
-        for out in node.output:
-            if out and out in want and out in have and \
-                    not statistics(want[out], np.asarray(have[out]), _tolerance(want[out], relative)).ok:
-                found: onnx.NodeProto = node
-                return found
-    return None
+        return [None] * len(feeds)
+    out: list[onnx.NodeProto | None] = []
+    for want, have in zip(wants, haves, strict=True):
+        out.append(next((node for node in graph.node for o in node.output  # topological: its inputs agree
+                         if o and o in want and o in have and
+                         not statistics(want[o], np.asarray(have[o]), _tolerance(want[o], relative)).ok), None))
+    return out
 
 
 def _node_label(model: onnx.ModelProto, node: onnx.NodeProto) -> str:
