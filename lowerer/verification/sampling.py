@@ -131,12 +131,10 @@ def _limit_grid(grid: np.ndarray, sizes: tuple[int, int], align_corners: bool) -
     limit = dtype.type(COORDINATE_LIMIT)
     beyond = np.nextafter(limit, dtype.type(np.inf))
     out = grid.reshape(-1, 2).copy()
-    for k in range(out.shape[0]):
-        axis = k % 2
-        if align_corners and sizes[axis] == 1:  # every coordinate unnormalizes to 0
-            continue
-        target = (beyond, -beyond, limit, -limit)[k % 4]
-        out[k, axis] = _at_limit(float(target), sizes[axis], align_corners, dtype)
+    for j, target in enumerate((beyond, -beyond, limit, -limit)):  # point k gets target k % 4 on axis k % 2
+        axis = j % 2
+        if not (align_corners and sizes[axis] == 1):  # else every coordinate unnormalizes to 0
+            out[j::4, axis] = _at_limit(float(target), sizes[axis], align_corners, dtype)
     limited: np.ndarray = out.reshape(grid.shape)
     return limited
 
