@@ -21,6 +21,7 @@ from collections import Counter
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # this checkout's lowerer, not an installed one
 
 from _mutant_list import MUTANTS
 from _mutants import Mutant, control, run

@@ -142,6 +142,23 @@ def test_for_openvino_runs_on_openvino_and_says_so(tmp_path: Path) -> None:
         else json.loads(report.read_text())["backend"]
     assert record["deployment"]["status"] == "equal"
     assert record["chosen"].startswith("the installed release (OpenVINO ")
+    # the ±inf sets depart first at the example's Relu-6, whose NaN -> 0 on OpenVINO is measured and cited
+    assert "the first node that departs, 'relu' (Relu-6), is one OpenVINO" in record["deployment"]["reason"]
+
+
+@pytest.mark.skipif(not HAS_OPENVINO, reason="OpenVINO is not installed (the test extra installs it)")
+def test_a_pass_wrong_only_on_infinities_fails_on_openvino(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A later pass writing NaN where an input is ±inf: the -inf set is judged (no known departure covers it)."""
+    from _mutant_checks import _inf_only
+    from _mutants import after_convert, one_node
+
+    model = one_node("Softmax", 11, {"axis": 1}, [2, 3, 4])
+    right = lowerer.convert(model, for_backend="openvino").report.backend
+    assert right is not None and right["deployment"]["status"] == "equal"
+    after_convert(_inf_only(0))(monkeypatch)
+    with pytest.raises(VerificationError) as e:
+        lowerer.convert(model, for_backend="openvino")
+    assert "output 'y' differs" in str(e.value) and "input set -inf" in str(e.value)
 
 
 @pytest.mark.skipif(not HAS_OPENVINO, reason="OpenVINO is not installed (the test extra installs it)")

@@ -421,6 +421,11 @@ KNOWN: tuple[Known, ...] = (
     *(Known("OneHot", (v,), "depth=[4]", "onnx.reference",
             "the spec of OneHot: 'depth: Scalar or Rank 1 tensor containing exactly one element'; onnx.reference "
             "(onnx 1.23.2) raises on the rank-1 form") for v in (9, 11)),
+    *(Known("OneHot", (9,), tag, engine,
+            "the spec of OneHot-9: 'Any entries in the 'indices' input tensor with values outside the range [0, depth) "
+            f"will result in one-hot representation with all 'off_value' values'; {engine} counts a negative index "
+            "from the back as at OneHot-11 (lowerer/verification/departures.json)")
+      for tag, engine in (("depth=", "onnxruntime"), ("depth=4", "onnx.reference"))),
     *(Known("Where", (v,), "x-minus-zero", "onnxruntime",
             "the spec of Where: 'Return elements, either from X or Y, depending on condition'; onnxruntime's CPU "
             "Where (onnxruntime/core/providers/cpu/tensor/where_op.cc) merges cond ? X : 0 and !cond ? Y : 0 with "

@@ -71,3 +71,28 @@ def test_a_wrong_same_meaning_is_caught(monkeypatch: pytest.MonkeyPatch, caplog:
     with pytest.raises(VerificationError, match=r"'n0'.*Softmax-11.*rule 'same-meaning'.*failed verification"):
         lowerer.convert(one_node("Softmax", 11, {"axis": 1}, [2, 3, 4]), target_opset=13)
     lowerer.convert(one_node("Softmax", 11, {"axis": 2}, [2, 3, 4]), target_opset=13)  # the last axis: the same
+
+
+def _one_hot(opset: int) -> onnx.ModelProto:
+    import numpy as np
+
+    return one_node("OneHot", opset, {"axis": -1}, inputs=[("i", TensorProto.INT64, [2, 3])],
+                    consts={"d": np.array(5, np.int64), "v": np.array([0, 1], np.float32)})
+
+
+def test_a_relabel_onnxruntime_runs_with_one_kernel_at_both_versions_is_judged_by_the_spec(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """OneHot-9 runs OneHot-11's kernel in onnxruntime: a table saying 11 -> 9 keeps the meaning is refused by the
+    reference (OneHot-9 gives an all-off row for a negative index), and the real adapter is verified by both."""
+    from _mutants import table_says_same
+
+    right = lowerer.convert(_one_hot(11), target_opset=9)
+    (rewrite,) = right.report.rewrites
+    assert rewrite.status == "verified" and rewrite.details["versions_by_spec"].startswith("verified")
+    with monkeypatch.context() as mp:
+        table_says_same("OneHot", 11)(mp)
+        with pytest.raises(VerificationError) as e:
+            lowerer.convert(_one_hot(11), target_opset=9)
+    text = str(e.value)
+    assert "'same-meaning'" in text and "judged on both sides by lowerer's numpy reference" in text
+    assert "OneHot-9 counts a negative index from the back" in text and "\n" not in text

@@ -139,3 +139,30 @@ def test_a_gemm_c_of_plus_zero_is_refused_for_every_seed(monkeypatch: pytest.Mon
         assert run(mutant, seed).killed, seed
         rewrite = lowerer.convert(model, target_opset=9, seed=seed).report.rewrites[0]  # the right rule passes
         assert rewrite.status == "verified" and any(s.startswith("signed-zeros") for s in rewrite.details["input_sets"])
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("align", [0, 1])
+def test_grid_coordinates_land_exactly_on_the_kernels_coordinate_limit(dtype: type, align: int) -> None:
+    """onnxruntime samples |coordinate| > 2**62 at the lowest one: the last set puts points on 2**62 and just beyond."""
+    from lowerer.rules.grid_sample import _COORDINATE_LIMIT
+    from lowerer.verification.sampling import COORDINATE_LIMIT
+
+    assert COORDINATE_LIMIT == _COORDINATE_LIMIT  # the check's limit is the one the lowering follows
+
+    node = helper.make_node("GridSample", ["x", "g"], ["y"], align_corners=align)
+    elem = TensorProto.FLOAT if dtype == np.float32 else TensorProto.DOUBLE
+    sizes = (5, 3)  # W, H (x 5 wide, 3 high): the two axes of the grid's last dim
+    sets = constructed(node, 16, [elem, elem], [(1, 2, sizes[1], sizes[0]), (1, 2, 4, 2)], np.random.default_rng(0))
+    _, given, covers = sets[-1]
+    assert "2**62" in covers and not np.any(given[0] == 0)  # every pixel sampled at the lowest coordinate shows
+    limit = dtype(COORDINATE_LIMIT)
+    beyond = np.nextafter(limit, dtype(np.inf))
+    landed = set()
+    for k, point in enumerate(given[1].reshape(-1, 2)):
+        axis = k % 2
+        g, size = point[axis], sizes[axis]
+        one, two = dtype(1), dtype(2)
+        at = (g + one) / two * dtype(size - 1) if align else ((g + one) * dtype(size) - one) / two
+        landed.add(float(at))
+    assert {float(beyond), float(-beyond), float(limit), float(-limit)} <= landed

@@ -12,8 +12,11 @@ The inputs are the whole-model check's (:func:`lowerer.verification.feeds.genera
 generated values on the dims bound two ways, ±inf and NaN sets where an input is float, or the shapes,
 value ranges and ``.npz`` files that check was given: ``--input-shapes``, ``--val-range``, ``--load-inputs``),
 plus a tie-heavy set: small integers as floats, so ArgMax/Hardmax/TopK rows hold ties and ReLU planes are all
-zero. Every output is compared; the ±inf and NaN sets are compared and recorded in the reason, not judged
-(:data:`RECORDED_HERE`).
+zero, and, where an input is float, a set with -inf alone sprinkled in (with both signs, most rows of a
+Softmax or a sum come out NaN). Every output is compared; the NaN sets are compared and recorded in the
+reason, not judged (:data:`RECORDED_HERE`). The ±inf sets are judged, but a set where the first node whose
+value departs is of an op the runtime is known to compute NaN or ±inf otherwise than onnxruntime does (its
+module's ``NONFINITE``, measured and cited: OpenVINO's Relu gives 0 for NaN) is recorded, saying so.
 
 Where the conversion kept a node the runtime computes differently (a profile ``departure``: the
 original model departs there too), an output that differs from onnxruntime is compared with the
@@ -39,7 +42,7 @@ import numpy as np
 import onnx
 
 from lowerer.backends.profile import Profile, VersionRange
-from lowerer.backends.runtimes import witnesses_for
+from lowerer.backends.runtimes import runtime_of, witnesses_for
 from lowerer.backends.witnesses import Witness, WitnessError, find_witness, release_of
 from lowerer.core.errors import VerificationError
 from lowerer.core.report import Report
@@ -54,10 +57,10 @@ __all__ = ["Deployment", "check_deployment", "witness_for"]
 
 logger = logging.getLogger(__name__)
 
-#: The generated kinds compared on a backend's runtime and recorded, not judged: NaN (as in every check) and
-#: ±inf (measured: OpenVINO 2025's CPU plugin gives other values than onnxruntime for Relu-6 of
-#: ``examples/example_opset11.onnx`` on the inf set; backends compute with their own handling of infinities).
-RECORDED_HERE = frozenset({"inf", "nan"})
+#: The generated kinds compared on a backend's runtime and recorded, not judged: NaN (as in every check). The ±inf
+#: sets are judged unless the runtime's known non-finite departures cover the node where they depart
+#: (:func:`_inf_sets`).
+RECORDED_HERE = frozenset({"nan"})
 #: Above this many top-level nodes the departing node is not searched for (every value would be an output).
 LOCATE_LIMIT = 3000
 
@@ -189,14 +192,18 @@ def _run_check(original: onnx.ModelProto | None, converted: onnx.ModelProto, pro
         where = f" (input set {labels[e.input_set]})" if e.input_set is not None else ""
         return Deployment("failed", f"{witness.label} cannot {_verb(e.stage)} the converted model{where}: "
                                     f"{_short(str(e))}", witness.label, ref_label, input_sets=labels)
-    judged = [k for k, s in enumerate(sets) if not _recorded_here(s.label)]
+    judged = [k for k, s in enumerate(sets) if not _recorded_here(s.label) and not _inf(s.label)]
     stats = _compare(converted, [expected[k] for k in judged], [got[k] for k in judged], [sets[k] for k in judged],
                      profile.tolerance)
     bad = [s for s in stats if not s.ok]
+    covered = None
     if not bad:
+        stats, bad, judged, covered = _inf_sets(converted, witness, sets, expected, got, profile.tolerance, judged)
+    if not bad:
+        kept = [k for k in range(len(sets)) if k not in judged]
         return Deployment("equal", f"ran on {witness.label}: {len(stats)} output(s) equal to {ref_label} "
                                    f"({_judged(stats, profile.tolerance)}) on {len(judged)} input set(s)"
-                                   f"{_recorded(converted, expected, got, sets, profile.tolerance)}",
+                                   f"{_recorded(converted, expected, got, sets, profile.tolerance, kept, covered)}",
                           witness.label, ref_label, stats, labels)
     if departures and original is not None and reference == "the original" and \
             _as_original(original, converted, witness, sets, got, profile.tolerance):
@@ -211,6 +218,39 @@ def _run_check(original: onnx.ModelProto | None, converted: onnx.ModelProto, pro
     reason = (f"the converted model computes otherwise on {witness.label}: output {first.name!r} differs from "
               f"{ref_label} ({_describe(first)}, input set {first.worst_input_set}){where}")
     return Deployment("different", reason, witness.label, ref_label, stats, labels, departs)
+
+
+def _inf(label: str) -> bool:
+    return label.split(" ", 1)[0] in ("inf", "-inf")
+
+
+def _inf_sets(converted: onnx.ModelProto, witness: Witness, sets: list[FeedSet], expected: list[list[np.ndarray]],
+              got: list[list[np.ndarray]], relative: float, judged: list[int]
+              ) -> tuple[list[OutputStats], list[OutputStats], list[int], str | None]:
+    """The ±inf sets judged beside ``judged``: (stats, bad, the sets judged, what was recorded and why, or None).
+
+    A ±inf set on which an output differs is recorded, not judged, only where the first node that departs on
+    it (the converted model run on both runtimes) is of an op in the runtime's ``NONFINITE`` (a measured
+    departure on NaN or ±inf, whose effect reaches every value downstream); the departure is named.
+    """
+    runtime = runtime_of(witness.runtime)
+    infs = [k for k, s in enumerate(sets) if _inf(s.label)]
+    differ = [k for k in infs if not all(s.ok for s in _compare(converted, [expected[k]], [got[k]], [sets[k]],
+                                                                relative))]
+    nodes = dict(zip(differ, _departing_nodes(converted, witness, [sets[k].feeds for k in differ], relative),
+                     strict=True)) if differ and runtime is not None and runtime.nonfinite else {}
+    both, recorded = list(judged), []
+    for k in infs:
+        node = nodes.get(k)
+        known = next((f"{said} ({source})" for op, said, source in runtime.nonfinite
+                      if node is not None and node.op_type == op), None) if runtime is not None else None
+        if node is None or known is None:
+            both.append(k)
+        else:
+            recorded.append(f"input set {sets[k].label}: the first node that departs, {_node_label(converted, node)}, "
+                            f"is one {witness.label} is known to compute otherwise: {known}")
+    stats = _compare(converted, [expected[k] for k in both], [got[k] for k in both], [sets[k] for k in both], relative)
+    return stats, [s for s in stats if not s.ok], both, "; ".join(recorded) or None
 
 
 def _as_original(original: onnx.ModelProto, converted: onnx.ModelProto, witness: Witness, sets: list[FeedSet],
@@ -255,10 +295,15 @@ def _input_sets(reference: onnx.ModelProto, converted: onnx.ModelProto, seed: in
     if not sets:
         return "no input sets could be made"
     rng = np.random.default_rng([seed, 7])
-    tied = {}
+    tied, negative = {}, {}
     for name, value in sets[0].feeds.items():
         tied[name] = rng.integers(-2, 3, size=value.shape).astype(value.dtype) if value.dtype.kind == "f" else value
-    return [*sets, FeedSet(f"ties ({sets[0].label.split(' ', 1)[-1]})", tied)]
+        negative[name] = np.where(rng.random(size=value.shape) < 0.2, -np.inf, value).astype(value.dtype) \
+            if value.dtype.kind == "f" else value
+    shown = sets[0].label.split(" ", 1)[-1]
+    # -inf alone: where +inf is sprinkled in too, most rows of a Softmax or a sum come out NaN, hiding the rest
+    extra = [FeedSet(f"-inf ({shown})", negative)] if any(_inf(s.label) for s in sets) else []
+    return [*sets, *extra, FeedSet(f"ties ({shown})", tied)]
 
 
 def _run_reference(maker: SessionMaker, model: onnx.ModelProto, sets: list[FeedSet],
@@ -299,14 +344,14 @@ def _compare(converted: onnx.ModelProto, expected: list[list[np.ndarray]], got: 
 
 
 def _recorded(converted: onnx.ModelProto, expected: list[list[np.ndarray]], got: list[list[np.ndarray]],
-              sets: list[FeedSet], relative: float) -> str:
-    """What the recorded sets gave, for the reason: ``; ±inf and NaN sets (recorded, not judged): equal``."""
-    kept = [k for k, s in enumerate(sets) if _recorded_here(s.label)]
+              sets: list[FeedSet], relative: float, kept: list[int], covered: str | None = None) -> str:
+    """What the recorded sets (``kept``) gave, for the reason: ``; NaN sets (recorded, not judged): equal``."""
     if not kept:
         return ""
     stats = _compare(converted, [expected[k] for k in kept], [got[k] for k in kept], [sets[k] for k in kept], relative)
     bad = [f"output {s.name!r}: {_describe(s)}" for s in stats if not s.ok]
-    return f"; ±inf and NaN sets (recorded, not judged): {'; '.join(bad) or 'equal'}"
+    what, why = ("±inf and NaN sets", f" (±inf: {covered})") if covered else ("NaN sets", "")
+    return f"; {what} (recorded, not judged): {'; '.join(bad) or 'equal'}{why}"
 
 
 def _recorded_here(label: str) -> bool:
@@ -328,11 +373,23 @@ def _judged(stats: list[OutputStats], relative: float) -> str:
 def _locate(converted: onnx.ModelProto, witness: Witness, sets: list[FeedSet], bad: OutputStats,
             relative: float) -> str | None:
     """The first top-level node whose output departs on the witness while its inputs agree (None: not found)."""
-    graph = converted.graph
-    if len(graph.node) > LOCATE_LIMIT:
-        return None
+    node = _departing_node(converted, witness, sets, bad, relative)
+    return None if node is None else _node_label(converted, node)
+
+
+def _departing_node(converted: onnx.ModelProto, witness: Witness, sets: list[FeedSet], bad: OutputStats,
+                    relative: float) -> onnx.NodeProto | None:
+    """:func:`_locate`'s node: the first whose output departs on ``bad``'s worst input set (None: not found)."""
     index = next((k for k, s in enumerate(sets) if s.label == bad.worst_input_set), len(sets) - 1)
-    feeds = sets[index].feeds
+    return _departing_nodes(converted, witness, [sets[index].feeds], relative)[0]
+
+
+def _departing_nodes(converted: onnx.ModelProto, witness: Witness, feeds: list[dict[str, np.ndarray]],
+                     relative: float) -> list[onnx.NodeProto | None]:
+    """Per input set, the first top-level node whose output departs on the witness (the witness run once)."""
+    graph = converted.graph
+    if len(graph.node) > LOCATE_LIMIT or not feeds:
+        return [None] * len(feeds)
     names = [o for n in graph.node for o in n.output if o]
     probe = onnx.ModelProto()
     probe.CopyFrom(converted)
@@ -344,18 +401,18 @@ def _locate(converted: onnx.ModelProto, witness: Witness, sets: list[FeedSet], b
     wanted = [o.name for o in probe.graph.output]
     engine = SessionMaker([CPU]).create(probe)
     if isinstance(engine, str):
-        return None
+        return [None] * len(feeds)
     try:
-        want = dict(zip(wanted, engine.run(feeds), strict=True))
-        have = dict(zip(wanted, witness.run(probe, feeds, wanted), strict=True))
+        wants = [dict(zip(wanted, engine.run(f), strict=True)) for f in feeds]
+        haves = [dict(zip(wanted, h, strict=True)) for h in witness.run_sets(probe, feeds, wanted)]
     except (WitnessError, Exception):  # a value the runtime fused away cannot be asked for: no finding
-        return None
-    for node in graph.node:  # in topological order: the first node that departs has inputs that agree
-        for out in node.output:
-            if out and out in want and out in have and \
-                    not statistics(want[out], np.asarray(have[out]), _tolerance(want[out], relative)).ok:
-                return _node_label(converted, node)
-    return None
+        return [None] * len(feeds)
+    out: list[onnx.NodeProto | None] = []
+    for want, have in zip(wants, haves, strict=True):
+        out.append(next((node for node in graph.node for o in node.output  # topological: its inputs agree
+                         if o and o in want and o in have and
+                         not statistics(want[o], np.asarray(have[o]), _tolerance(want[o], relative)).ok), None))
+    return out
 
 
 def _node_label(model: onnx.ModelProto, node: onnx.NodeProto) -> str:

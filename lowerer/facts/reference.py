@@ -213,7 +213,8 @@ def _one_hot(inputs: list[np.ndarray | None], attrs: Attrs, version: int) -> lis
     assert indices is not None and depth is not None and values is not None
     d = int(depth.reshape(-1)[0])
     idx = indices.astype(np.int64)
-    idx = np.where(idx < 0, idx + d, idx)
+    if version >= 11:  # OneHot-11 counts a negative index from the back; at 9 it is outside [0, depth): all off
+        idx = np.where(idx < 0, idx + d, idx)
     axis = int(attrs.get("axis", -1))
     rank = idx.ndim + 1
     axis = axis + rank if axis < 0 else axis

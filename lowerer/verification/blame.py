@@ -97,11 +97,18 @@ def _x_chosen_negative_zero(inputs: Sequence[np.ndarray]) -> bool:
     return bool(np.any(cond & (x == 0) & np.signbit(x)))
 
 
+def _negative_indices(inputs: Sequence[np.ndarray]) -> bool:
+    """Input 0 (OneHot's indices) holds a negative value."""
+    x = np.asarray(inputs[0]) if inputs else None
+    return x is not None and x.dtype.kind in "iuf" and bool(np.any(x < 0))
+
+
 #: The conditions ``departures.json`` may name: each says whether a check's failing inputs (in the
 #: original node's input order) are ones the departure is known on.
 CONDITIONS: dict[str, Callable[[Sequence[np.ndarray]], bool]] = {
     "all_minus_inf_plane": _all_minus_inf_plane,
     "x_chosen_negative_zero": _x_chosen_negative_zero,
+    "negative_indices": _negative_indices,
 }
 
 

@@ -193,6 +193,8 @@ class RewriteVerifier:
         otherwise the failure stands (the reference is never the sole judge unannounced).
         """
         result = self._check_types(rewrite, canon, specs, elems, combos, self.sessions)
+        if result.status == "verified":
+            return self._versions_by_spec(rewrite, canon, specs, elems, combos, result)
         if result.status != "failed" or result.provider == "onnx.checker":
             return result
         settled, result = self.second_opinions(rewrite, canon, result, lambda sessions, by_spec, replay: (
@@ -225,6 +227,35 @@ class RewriteVerifier:
                     return True, blame.kernel_departs_from_spec(rewrite, result, by_spec, listed)
                 result.details["spec_agrees"] = blame.unlisted(rewrite, result)
         return False, result
+
+    def _versions_by_spec(self, rewrite: Rewrite, canon: _Canon, specs: list[Spec], elems: list[int],
+                          combos: list[tuple[tuple[int, ...], ...]], verified: CheckResult) -> CheckResult:
+        """A second witness where onnxruntime's run of the replacement cannot tell two versions of the op apart.
+
+        Where the replacement has a node of the original's op whose onnxruntime CPU kernel departs from
+        its version's spec (``departures.json``: OneHot-9 runs OneHot-11's kernel), a verified check proves
+        nothing about the versions' meanings (a relabel OneHot 11 -> 9 runs one kernel twice). The check
+        runs once more with both sides judged by lowerer's numpy reference; a failure there stands, naming
+        the departure. Otherwise ``verified`` stands (noting the spec's agreement where it ran).
+        """
+        listed = blame.departures_of([n for n in canon.replacement if n.op_type == canon.original.op_type],
+                                     rewrite.to_opset, CPU)
+        if not listed or reference.supports([canon.original], rewrite.from_opset) is not None or \
+                reference.supports(canon.replacement, rewrite.to_opset) is not None:
+            return verified
+        self._both_by_spec = True
+        try:
+            by_spec = self._check_types(rewrite, canon, specs, elems, combos, self._cpu_sessions(), by_spec=True)
+        finally:
+            self._both_by_spec = False
+        if by_spec.status != "failed":
+            verified.details["versions_by_spec"] = f"{by_spec.status}: {by_spec.reason}"
+            return verified
+        said = (f"judged on both sides by lowerer's numpy reference, as onnxruntime's CPU kernel departs from "
+                f"the spec here: {listed[0].statement}")
+        by_spec.failure = f"{by_spec.failure or by_spec.reason}; {said}"
+        by_spec.details["versions_by_spec"] = {"statement": said, "source": listed[0].source}
+        return by_spec
 
     def _replacement_departs(self, rewrite: Rewrite, canon: _Canon, specs: list[Spec], elems: list[int],
                              combos: list[tuple[tuple[int, ...], ...]], failed: CheckResult) -> CheckResult | None:

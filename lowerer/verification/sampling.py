@@ -15,7 +15,10 @@ where a boundary written off by one (``h >= -1`` for ``h > -1``) changes the res
 * GridSample (4-D X, grid ``[N, H_out, W_out, 2]``): grid coordinates that unnormalize (for the node's
   ``align_corners``) to ``-1``, ``-0.5``, ``0``, an integer inside, ``size - 1``, ``size - 0.5`` and ``size``
   on each axis, over a tie-heavy image, then over the same image with its border rows and columns
-  made of +inf, -inf and NaN.
+  made of +inf, -inf and NaN; then grid points whose coordinate on one axis unnormalizes (in the grid's
+  type, as the kernel computes) exactly to ``±2**62`` or to the next value beyond it
+  (:data:`COORDINATE_LIMIT`: onnxruntime samples a coordinate beyond it at the axis' lowest one, so a
+  limit written inclusive (``<=`` for ``<``) reads another pixel there), over an image without zeros.
 
 Inputs not given (weights, bias, mask) are generated as ``normal``.
 """
@@ -31,10 +34,16 @@ import onnx
 from lowerer.facts.reference import np_dtype
 from lowerer.model_io.node_attributes import int_attribute, ints_attribute
 
-__all__ = ["SAMPLED", "sampling_edges"]
+__all__ = ["COORDINATE_LIMIT", "SAMPLED", "sampling_edges"]
 
 #: The ops :func:`sampling_edges` builds sets for.
 SAMPLED = frozenset({"DeformConv", "GridSample"})
+
+#: The largest |pixel coordinate| onnxruntime's GridSample kernel samples as it is; beyond it (and NaN) it samples
+#: at the axis' lowest coordinate (-0.5, or 0 with align_corners). Measured on onnxruntime 1.32.0 (GridSample-16,
+#: float32 and float64: a coordinate of 2**62 is sampled as it is, the next representable value at the lowest one).
+#: Stated here apart from the GridSample lowering's own limit: the checks do not take the rules' word for it.
+COORDINATE_LIMIT = float(2 ** 62)
 
 Constructed = tuple[str, dict[int, np.ndarray], str]
 _NON_FINITE = np.array([np.inf, -np.inf, np.nan])
@@ -93,6 +102,43 @@ def _normalized(pixels: np.ndarray, size: int, align_corners: bool) -> np.ndarra
     return (2.0 * pixels + 1.0) / size - 1.0
 
 
+def _unnormalize(g: np.ndarray, size: int, align_corners: bool) -> np.ndarray:
+    """A normalized coordinate in pixels, in its own type and in the kernel's order of operations."""
+    one, two = g.dtype.type(1.0), g.dtype.type(2.0)
+    if align_corners:
+        return np.asarray((g + one) / two * g.dtype.type(size - 1))
+    return np.asarray(((g + one) * g.dtype.type(size) - one) / two)
+
+
+def _at_limit(target: float, size: int, align_corners: bool, dtype: np.dtype[Any]) -> np.ndarray:
+    """The normalized coordinate (of ``dtype``) that unnormalizes to ``target`` exactly, or the nearest found."""
+    goal = dtype.type(target)
+    g = np.asarray(_normalized(np.array(float(goal)), size, align_corners), dtype)
+    best = g
+    for _ in range(64):  # a few representable steps from the float64 inverse reach it
+        got = _unnormalize(g, size, align_corners)
+        if got == goal:
+            return g
+        if abs(float(got) - float(goal)) < abs(float(_unnormalize(best, size, align_corners)) - float(goal)):
+            best = g
+        g = np.asarray(np.nextafter(g, dtype.type(np.inf) if got < goal else dtype.type(-np.inf)))
+    return best
+
+
+def _limit_grid(grid: np.ndarray, sizes: tuple[int, int], align_corners: bool) -> np.ndarray:
+    """``grid`` with one coordinate of each point unnormalizing to ``±2**62`` or just beyond (x, y in turn)."""
+    dtype = grid.dtype
+    limit = dtype.type(COORDINATE_LIMIT)
+    beyond = np.nextafter(limit, dtype.type(np.inf))
+    out = grid.reshape(-1, 2).copy()
+    for j, target in enumerate((beyond, -beyond, limit, -limit)):  # point k gets target k % 4 on axis k % 2
+        axis = j % 2
+        if not (align_corners and sizes[axis] == 1):  # else every coordinate unnormalizes to 0
+            out[j::4, axis] = _at_limit(float(target), sizes[axis], align_corners, dtype)
+    limited: np.ndarray = out.reshape(grid.shape)
+    return limited
+
+
 def _grid_sample(node: onnx.NodeProto, dtype: np.dtype[Any], shapes: Sequence[tuple[int, ...]],
                  rng: np.random.Generator) -> list[Constructed]:
     x_shape, g_shape = shapes[0], shapes[1]
@@ -115,7 +161,10 @@ def _grid_sample(node: onnx.NodeProto, dtype: np.dtype[Any], shapes: Sequence[tu
     return [("sampling-edges", {0: image.astype(dtype), 1: grid},
              "grid points exactly on integer pixels, -0.5, 0, size - 1, size - 0.5 and outside"),
             ("sampling-edges", {0: edged.astype(dtype), 1: grid},
-             "grid points exactly on integer and border pixels next to ±inf and NaN pixels")]
+             "grid points exactly on integer and border pixels next to ±inf and NaN pixels"),
+            ("sampling-edges", {0: np.where(image == 0, 1.0, image).astype(dtype),
+                                1: _limit_grid(grid, (width, height), align)},
+             "grid coordinates on ±2**62 and just beyond, where onnxruntime samples at the lowest coordinate")]
 
 
 def sampling_edges(node: onnx.NodeProto, elems: Sequence[int], shapes: Sequence[tuple[int, ...]],

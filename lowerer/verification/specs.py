@@ -11,6 +11,7 @@ from __future__ import annotations
 import onnx
 
 from lowerer.core.report import Rewrite, RewriteStatus
+from lowerer.facts.attribute_values import value_problem
 from lowerer.model_io.scopes import has_subgraphs
 from lowerer.verification.canon import Canon
 from lowerer.verification.result import CheckResult
@@ -132,7 +133,9 @@ def strict_check(model: onnx.ModelProto) -> onnx.ModelProto:
     """Check every node against its schema, then run strict shape and type inference; the inferred model.
 
     Nodes with subgraphs (If, Loop, Scan) are left to inference: onnx's node checker sees a
-    subgraph without its outer scope and would refuse the outer values it reads.
+    subgraph without its outer scope and would refuse the outer values it reads. A string attribute
+    value the node's version does not define (:mod:`lowerer.facts.attribute_values`, which onnx does
+    not check) is refused too.
 
     Raises:
         Exception: onnx's checker or inference error (ValidationError, InferenceError ...).
@@ -140,9 +143,13 @@ def strict_check(model: onnx.ModelProto) -> onnx.ModelProto:
     ctx = onnx.checker.C.CheckerContext()
     ctx.ir_version = model.ir_version
     ctx.opset_imports = {o.domain: o.version for o in model.opset_import}
+    opset = ctx.opset_imports.get("", ctx.opset_imports.get("ai.onnx"))
     for node in model.graph.node:
         if not has_subgraphs(node):
             onnx.checker.check_node(node, ctx)
+            problem = None if opset is None else value_problem(node, opset)
+            if problem is not None:
+                raise onnx.checker.ValidationError(problem)
     return onnx.shape_inference.infer_shapes(model, check_type=True, strict_mode=True)
 
 

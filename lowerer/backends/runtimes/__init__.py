@@ -11,10 +11,12 @@ the standard library, numpy and its runtime, inside its functions). A module hol
   ``PRIORITY`` (among the witnesses of one backend, the lowest is tried first), ``BUDGET`` and
   ``BUDGET_SOURCE`` (the largest difference a float output may show there, relative to the output's
   largest magnitude, and where that figure comes from), and optionally ``RELEASE`` (the runtime whose
-  release the version query also reports: onnxruntime-openvino's bundled OpenVINO), and optionally
+  release the version query also reports: onnxruntime-openvino's bundled OpenVINO), optionally
   ``PIP`` (the pip steps that install a release in a fresh venv, ``{version}`` standing for the release:
   ``benchmarks/backend_matrix.py`` builds its venvs with them; by default
-  ``(("DISTRIBUTION=={version}", "numpy", "onnx"),)``);
+  ``(("DISTRIBUTION=={version}", "numpy", "onnx"),)``), and optionally ``NONFINITE``
+  (``(op, statement, source)`` per op whose kernel there computes NaN or ±inf otherwise than onnxruntime
+  does, measured: the deployment check records, not judges, a ±inf set whose first departing node is one);
 * ``version(param)``: ``{"version": ...}`` (and ``RELEASE``'s key when it has one), raising ImportError
   when the runtime is not installed;
 * ``load(model_path, param)``, ``prepare(loaded, names, feeds, param)`` and
@@ -53,6 +55,8 @@ class Runtime:
     release: str
     pip: tuple[tuple[str, ...], ...]
     path: Path
+    #: ``(op, statement, source)`` per op whose kernel computes NaN or ±inf otherwise than onnxruntime does.
+    nonfinite: tuple[tuple[str, str, str], ...] = ()
 
     def device_of(self, param: str) -> str:
         """The device a witness of this runtime runs on (``param``: what follows ``NAME:``)."""
@@ -67,7 +71,9 @@ def _record(module: ModuleType) -> Runtime:
                    release=str(getattr(module, "RELEASE", "")),
                    pip=tuple(tuple(str(a) for a in step) for step in getattr(
                        module, "PIP", ((f"{module.DISTRIBUTION}=={{version}}", "numpy", "onnx"),))),
-                   path=Path(str(module.__file__)))
+                   path=Path(str(module.__file__)),
+                   nonfinite=tuple((str(op), str(said), str(source))
+                                   for op, said, source in getattr(module, "NONFINITE", ())))
 
 
 @functools.cache

@@ -20,6 +20,17 @@ PRIORITY = 0
 BUDGET = 1e-5
 BUDGET_SOURCE = ("the probe budget; worst measured on OpenVINO 2026.4.1 CPU fp32 over the 29 real fixtures: "
                  "8.3e-7 x scale")
+NONFINITE = (
+    ("Relu", "OpenVINO's CPU Relu gives 0 for a NaN input where onnxruntime gives NaN (a ±inf input makes NaN in a "
+             "Conv before it: inf - inf)",
+     "measured on OpenVINO 2026.4.1 CPU (2026-11-28): Relu-6 float32 [inf, -inf, 1, -1, nan, 0] gives "
+     "[inf, 0, 1, 0, 0, 0], onnxruntime 1.32.0 CPU [inf, 0, 1, 0, nan, 0]; examples/example_opset11.onnx's inf set "
+     "departs first at its Relu-6"),
+    ("Softmax", "OpenVINO's CPU Softmax of a row holding +inf gives NaN at the +inf positions and 0 elsewhere, "
+                "where onnxruntime gives NaN for the whole row (exp(inf - inf))",
+     "measured on OpenVINO 2026.4.1 CPU (2026-11-28): Softmax-11 (axis 1) and Softmax-13 of float32 "
+     "[[inf, 1, 2], [inf, inf, 0]] give [[nan, 0, 0], [nan, nan, 0]], onnxruntime 1.32.0 CPU all NaN"),
+)
 
 
 def version(param: str) -> dict[str, str]:
