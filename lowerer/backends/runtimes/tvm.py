@@ -34,26 +34,42 @@ def load(model: str, param: str) -> Any:
 
 
 def prepare(loaded: Any, names: list[str] | None, feeds: dict[str, Any], param: str) -> Any:
-    """The model imported with the feeds' shapes, compiled for llvm; the positions of the outputs wanted."""
-    tvm = importlib.import_module("tvm")
-    relax = importlib.import_module("tvm.relax")
-    frontend = importlib.import_module("tvm.relax.frontend.onnx")
+    """The model imported with the feeds' shapes and compiled for llvm; again for inputs of other shapes.
+
+    TVM's frontend bakes the shapes into the compiled function (a batch of 2 after one of 1 fails its
+    ``match_cast``), so each input signature gets its own compilation.
+    """
     outputs = [o.name for o in loaded.graph.output]
     missing = [n for n in names or [] if n not in outputs]
     if missing:
         raise RuntimeError(f"TVM computes only the model's outputs, not {missing[0]!r}")
+    positions = [outputs.index(n) for n in names] if names else list(range(len(outputs)))
+    order = [i.name for i in loaded.graph.input if i.name in feeds]
+    return {"model": loaded, "positions": positions, "order": order, _signature(feeds): _compiled(loaded, feeds)}
+
+
+def _signature(feeds: dict[str, Any]) -> tuple[tuple[str, tuple[int, ...], str], ...]:
+    return tuple((n, tuple(v.shape), v.dtype.name) for n, v in sorted(feeds.items()))
+
+
+def _compiled(loaded: Any, feeds: dict[str, Any]) -> Any:
+    """A Relax virtual machine running the model compiled for the feeds' shapes."""
+    tvm = importlib.import_module("tvm")
+    relax = importlib.import_module("tvm.relax")
+    frontend = importlib.import_module("tvm.relax.frontend.onnx")
     mod = frontend.from_onnx(loaded, shape_dict={n: list(v.shape) for n, v in feeds.items()},
                              keep_params_in_input=False)
     mod = relax.transform.DecomposeOpsForInference()(mod)
-    machine = relax.VirtualMachine(tvm.compile(mod, target="llvm"), tvm.cpu())
-    order = [i.name for i in loaded.graph.input if i.name in feeds]
-    return machine, [outputs.index(n) for n in names] if names else list(range(len(outputs))), order
+    return relax.VirtualMachine(tvm.compile(mod, target="llvm"), tvm.cpu())
 
 
 def infer(prepared: Any, feeds: dict[str, Any], names: list[str] | None, order: list[str]) -> list[Any]:
-    """One input set run (inputs in the model's order)."""
+    """One input set run (inputs in the model's order), compiled first for a signature not seen yet."""
     tvm = importlib.import_module("tvm")
-    machine, positions, inputs = prepared
+    key = _signature(feeds)
+    if key not in prepared:
+        prepared[key] = _compiled(prepared["model"], feeds)
+    machine, positions, inputs = prepared[key], prepared["positions"], prepared["order"]
     make = getattr(tvm.runtime, "tensor", None) or tvm.nd.array
     found = machine["main"](*[make(feeds[n]) for n in inputs])
     values = [found] if hasattr(found, "numpy") or not hasattr(found, "__len__") else list(found)
