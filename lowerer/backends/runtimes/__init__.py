@@ -11,13 +11,18 @@ the standard library, numpy and its runtime, inside its functions). A module hol
   ``PRIORITY`` (among the witnesses of one backend, the lowest is tried first), ``BUDGET`` and
   ``BUDGET_SOURCE`` (the largest difference a float output may show there, relative to the output's
   largest magnitude, and where that figure comes from), and optionally ``RELEASE`` (the runtime whose
-  release the version query also reports: onnxruntime-openvino's bundled OpenVINO);
+  release the version query also reports: onnxruntime-openvino's bundled OpenVINO) and ``JUDGES_CHANGES``
+  (True: the deployment check judges what lowerer changed there, a failure or difference the original
+  model shows there too being recorded, not a failed verification: onnxruntime-qnn, which users run with
+  its CPU fallback, where the original's own failures are the runtime's);
 * ``version(param)``: ``{"version": ...}`` (and ``RELEASE``'s key when it has one), raising ImportError
   when the runtime is not installed;
 * ``load(model_path, param)``, ``prepare(loaded, names, feeds, param)`` and
   ``infer(prepared, feeds, names, order)``: the three stages the worker reports a failure in (``load``,
   ``compile``, ``run``); ``names`` are the outputs wanted (None: the model's), ``feeds`` an input set by
-  name, ``order`` the model's input names in order; optionally ``close(prepared)``.
+  name, ``order`` the model's input names in order; optionally ``close(prepared)`` and
+  ``placement(prepared)`` (JSON-ready: ``{"fallback": bool, "nodes": int, "provider": str, "on_cpu":
+  [[name, op], ...]}``, where a runtime with a CPU fallback put the model's nodes).
 
 Adding a runtime is its module here, its profile (``lowerer/backends/<backend>.json``), its measured
 probe run (``lowerer/backends/measured/``) and a row of ``tests/test_runtimes.py``.
@@ -49,6 +54,7 @@ class Runtime:
     budget_source: str
     release: str
     path: Path
+    judges_changes: bool = False
 
     def device_of(self, param: str) -> str:
         """The device a witness of this runtime runs on (``param``: what follows ``NAME:``)."""
@@ -60,7 +66,8 @@ def _record(module: ModuleType) -> Runtime:
                    distribution=str(module.DISTRIBUTION), install=str(module.INSTALL),
                    backends=tuple(module.BACKENDS), priority=int(getattr(module, "PRIORITY", 0)),
                    budget=float(module.BUDGET), budget_source=str(module.BUDGET_SOURCE),
-                   release=str(getattr(module, "RELEASE", "")), path=Path(str(module.__file__)))
+                   release=str(getattr(module, "RELEASE", "")), path=Path(str(module.__file__)),
+                   judges_changes=bool(getattr(module, "JUDGES_CHANGES", False)))
 
 
 @functools.cache
