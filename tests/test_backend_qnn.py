@@ -12,6 +12,7 @@ the original within the fp16 budget.
 
 from __future__ import annotations
 
+import json
 import warnings
 from pathlib import Path
 
@@ -93,6 +94,10 @@ def test_a_failure_the_original_shares_is_recorded(monkeypatch: pytest.MonkeyPat
     if not fails:
         assert "CPU fallback on (as users run it): 1 of 5 node(s) on the CPU" in record["reason"]
         assert record["placement"] == PLACED
+    from _json_schema import validate
+
+    schema = json.loads((Path(lowerer.__file__).parent / "core" / "report.schema.json").read_text(encoding="utf-8"))
+    assert validate(result.report.to_dict(), schema) == []
 
 
 @pytest.mark.parametrize("fails", [False, True])
