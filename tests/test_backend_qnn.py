@@ -132,10 +132,18 @@ def _converted(source: object, **options: object) -> lowerer.ConvertResult:
 
 
 def test_written_hardswish_body_runs_right_on_qnn() -> None:
+    """The probe suite's run of the written body (CPU fallback off: on the HTP itself), and the deployment check."""
     _qnn_or_skip()
+    from lowerer.cli.probes import expansion_probes, run_probes
+
+    witness, why = find_witness("onnxruntime-qnn:htp-only")
+    assert witness is not None, why
+    written = [p for p in expansion_probes() if p.name == "HardSwish-14-to13"]
+    assert [r.status for r in run_probes(witness, written)] == ["right"]
     model, _ = LOWERED["HardSwish-14"][0]()
     deployment = _converted(model, target_opset=13).report.backend["deployment"]
     assert deployment["status"] == "equal", deployment
+    assert "CPU fallback on (as users run it): every node on QNNExecutionProvider" in deployment["reason"]
 
 
 def test_mobilenet_v3_at_opset_13_runs_right_on_qnn() -> None:
