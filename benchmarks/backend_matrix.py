@@ -62,12 +62,16 @@ _PINS = ["numpy<=1.26.4", "onnx==1.18.0", "protobuf<=4.25.4", "onnxruntime==1.20
 
 @dataclass(frozen=True)
 class Release:
-    """A runtime release: its witness runtime, version, the ``--for`` spec and its pip recipe (steps)."""
+    """A runtime release: its witness runtime, version, ``--for`` spec, pip recipe (steps) and probed runtime.
+
+    ``probed``: the runtime its measured probe run named (``onnxruntime-qnn:htp-only``: the CPU fallback off).
+    """
 
     runtime: str
     version: str
     spec: str
     recipe: tuple[tuple[str, ...], ...]
+    probed: str = ""
 
 
 #: pip steps of the releases whose wheels need pins (older OpenVINO on numpy 1; rknn-toolkit2's whole stack); any
@@ -92,7 +96,8 @@ def _releases() -> dict[str, Release]:
         named = str(measured.get(record.release, version)) if record.release else version
         spec = f"{record.backends[0]}==" + ".".join(re.findall(r"\d+", named)[:2])
         recipe = RECIPES.get(path.stem, tuple(tuple(a.format(version=version) for a in step) for step in record.pip))
-        found[path.stem] = Release(record.name, version, spec, recipe)
+        probed = re.search(r"--runtime (\S+)", str(measured.get("command", "")))
+        found[path.stem] = Release(record.name, version, spec, recipe, probed.group(1) if probed else record.name)
     return found
 
 
@@ -225,8 +230,8 @@ def probes(release: Release, python: str) -> dict[str, int]:
     """The probe suite's totals on ``release``."""
     with tempfile.TemporaryDirectory() as folder:
         out = Path(folder) / "probes.json"
-        subprocess.run([sys.executable, "-m", "lowerer.cli.probes", "--runtime", release.runtime, "--json",
-                        str(out)], env=dict(os.environ, LOWERER_WITNESS_PYTHON=python), cwd=ROOT,
+        subprocess.run([sys.executable, "-m", "lowerer.cli.probes", "--runtime", release.probed or release.runtime,
+                        "--json", str(out)], env=dict(os.environ, LOWERER_WITNESS_PYTHON=python), cwd=ROOT,
                        capture_output=True, check=False)
         if not out.exists():
             return {}

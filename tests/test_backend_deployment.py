@@ -24,7 +24,7 @@ from onnx import TensorProto, helper
 
 import lowerer
 from lowerer.backends import deployment, profile
-from lowerer.backends.witnesses import Witness, WitnessError
+from lowerer.backends.witnesses import Ran, Witness, WitnessError
 from lowerer.core.errors import VerificationError
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -64,14 +64,14 @@ def test_equal_on_the_witness_is_recorded(cpu_witness: None) -> None:
 
 
 def test_a_departing_witness_fails_naming_output_and_node(cpu_witness: None, monkeypatch: pytest.MonkeyPatch) -> None:
-    real = Witness.run_sets
+    real = Witness.run_placed
 
     def departs(self: Witness, model: onnx.ModelProto, sets: object, outputs: object = None,
-                timeout: float = 0) -> list[list[np.ndarray]]:
-        got = real(self, model, sets, outputs)  # type: ignore[arg-type]
-        return [[v + np.float32(0.5) if v.dtype == np.float32 else v for v in row] for row in got]
+                timeout: float = 0) -> Ran:
+        got = real(self, model, sets, outputs).values  # type: ignore[arg-type]
+        return Ran([[v + np.float32(0.5) if v.dtype == np.float32 else v for v in row] for row in got])
 
-    monkeypatch.setattr(Witness, "run_sets", departs)
+    monkeypatch.setattr(Witness, "run_placed", departs)
     with pytest.raises(VerificationError) as e:
         lowerer.convert(_softmax_model(), target_opset=13, for_backend="openvino==2024.0")
     text = str(e.value)

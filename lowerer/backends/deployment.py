@@ -25,6 +25,12 @@ original model departs there too), an output that differs from onnxruntime is co
 original model run on the same runtime: equal there, it is the departure the user already has
 (status ``departs-as-original``, said in the report, not a failure).
 
+A runtime that users run with a CPU fallback (onnxruntime-qnn: its record's ``JUDGES_CHANGES``) is
+judged on what lowerer changed: the converted model runs as users run it (the fallback on), the nodes
+the CPU took are reported (``placement``), not judged, and where the converted model fails or differs
+there and the original model fails or differs there too, that is recorded (status ``fails-as-original``
+or ``differs-as-original``), not a failure: the runtime's, which the user already has.
+
 A difference, or a model the runtime refuses, fails the conversion (exit 1) with one line naming the
 output, the input set and, where it can be found, the first node whose value departs (both sides of
 the converted model run with every top-level value as an output: the first node whose inputs agree
@@ -79,6 +85,8 @@ class Deployment:
         outputs: statistics per output.
         input_sets: labels of the input sets.
         departs: the first node whose value departs, when found (``'name' (Op)``).
+        placement: where a runtime with a CPU fallback put the converted model's nodes (the runtime
+            module's ``placement``: ``fallback``, ``nodes``, ``provider``, ``on_cpu``), or None.
     """
 
     status: str
@@ -88,12 +96,13 @@ class Deployment:
     outputs: list[OutputStats] = field(default_factory=list)
     input_sets: list[str] = field(default_factory=list)
     departs: str | None = None
+    placement: dict[str, Any] | None = None
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready."""
         return {"status": self.status, "reason": self.reason, "witness": self.witness, "reference": self.reference,
                 "outputs": [o.to_dict() for o in self.outputs], "input_sets": list(self.input_sets),
-                "departs": self.departs}
+                "departs": self.departs, "placement": self.placement}
 
 
 def _holds(named: VersionRange, version: str) -> bool:
@@ -188,12 +197,18 @@ def _run_check(original: onnx.ModelProto | None, converted: onnx.ModelProto, pro
 
     ref_label = f"onnxruntime {onnxruntime.__version__} CPU on {reference} model"
     labels = [s.label for s in sets]
+    shared = original is not None and reference == "the original" and _judges_changes(witness)
     try:
-        got = witness.run_sets(converted, [s.feeds for s in sets])
+        ran = witness.run_placed(converted, [s.feeds for s in sets])
     except WitnessError as e:
         where = f" (input set {labels[e.input_set]})" if e.input_set is not None else ""
-        return Deployment("failed", f"{witness.label} cannot {_verb(e.stage)} the converted model{where}: "
-                                    f"{_short(str(e))}", witness.label, ref_label, input_sets=labels)
+        reason = f"{witness.label} cannot {_verb(e.stage)} the converted model{where}: {_short(str(e))}"
+        if shared and original is not None and (there := _original_there(original, witness, sets)) is not None:
+            return Deployment("fails-as-original", f"{reason}; the original model fails there too ({there}): the "
+                                                   "runtime's failure, recorded, not judged", witness.label,
+                              ref_label, input_sets=labels)
+        return Deployment("failed", reason, witness.label, ref_label, input_sets=labels)
+    got, placed = ran.values, _placed(ran.placement)
     judged = [k for k, s in enumerate(sets) if not _recorded_here(s.label) and not _inf(s.label)]
     stats = _compare(converted, [expected[k] for k in judged], [got[k] for k in judged], [sets[k] for k in judged],
                      profile.tolerance)
@@ -204,23 +219,64 @@ def _run_check(original: onnx.ModelProto | None, converted: onnx.ModelProto, pro
                                                 original if reference == "the original" else None)
     if not bad:
         kept = [k for k in range(len(sets)) if k not in judged]
-        return Deployment("equal", f"ran on {witness.label}: {len(stats)} output(s) equal to {ref_label} "
+        return Deployment("equal", f"ran on {witness.label}{placed}: {len(stats)} output(s) equal to {ref_label} "
                                    f"({_judged(stats, profile.tolerance)}) on {len(judged)} input set(s)"
                                    f"{_recorded(converted, expected, got, sets, profile.tolerance, kept, covered)}",
-                          witness.label, ref_label, stats, labels)
+                          witness.label, ref_label, stats, labels, placement=ran.placement)
     if departures and original is not None and reference == "the original" and \
             _as_original(original, converted, witness, sets, got, profile.tolerance):
         same = ", ".join(repr(s.name) for s in bad)
         return Deployment("departs-as-original", f"ran on {witness.label}: output(s) {same} differ from {ref_label} "
                                                  f"as the original model does on {witness.label} (the departure "
                                                  "named in report.backend.departures)", witness.label, ref_label,
-                          stats, labels)
-    departs = _locate(converted, witness, sets, bad[0], profile.tolerance)
+                          stats, labels, placement=ran.placement)
     first = bad[0]
+    differs = f"output {first.name!r} differs from {ref_label} ({_describe(first)}, input set {first.worst_input_set})"
+    if shared and original is not None and \
+            (there := _original_there(original, witness, sets, [expected[k] for k in judged], judged,
+                                      profile.tolerance)) is not None:
+        return Deployment("differs-as-original", f"ran on {witness.label}{placed}: {differs}; the original model "
+                                                 f"{there} there too: the runtime's, recorded, not judged",
+                          witness.label, ref_label, stats, labels, placement=ran.placement)
+    departs = _locate(converted, witness, sets, first, profile.tolerance)
     where = f"; the first node that departs there: {departs}" if departs else ""
-    reason = (f"the converted model computes otherwise on {witness.label}: output {first.name!r} differs from "
-              f"{ref_label} ({_describe(first)}, input set {first.worst_input_set}){where}")
-    return Deployment("different", reason, witness.label, ref_label, stats, labels, departs)
+    reason = f"the converted model computes otherwise on {witness.label}{placed}: {differs}{where}"
+    return Deployment("different", reason, witness.label, ref_label, stats, labels, departs, ran.placement)
+
+
+def _judges_changes(witness: Witness) -> bool:
+    """Whether the witness's runtime is judged on what lowerer changed (its record's ``JUDGES_CHANGES``)."""
+    record = runtime_of(witness.runtime)
+    return record is not None and record.judges_changes
+
+
+def _original_there(original: onnx.ModelProto, witness: Witness, sets: list[FeedSet],
+                    expected: list[list[np.ndarray]] | None = None, judged: list[int] | None = None,
+                    relative: float = 0.0) -> str | None:
+    """How the original model fails (or, given ``expected``, differs) on the witness; None: it runs and matches."""
+    try:
+        there = witness.run_sets(original, [s.feeds for s in sets])
+    except WitnessError as e:
+        return f"cannot {_verb(e.stage)}: {_short(str(e), 200)}"
+    if expected is None or judged is None:
+        return None
+    stats = _compare(original, expected, [there[k] for k in judged], [sets[k] for k in judged], relative)
+    bad = [s for s in stats if not s.ok]
+    return f"differs (output {bad[0].name!r}: {_describe(bad[0])})" if bad else None
+
+
+def _placed(placement: dict[str, Any] | None, limit: int = 6) -> str:
+    """``, CPU fallback on (as users run it): 3 of 27 node(s) on the CPU (reported, not judged): ...``."""
+    if placement is None:
+        return ""
+    mode = "on (as users run it)" if placement.get("fallback") else "off"
+    cpu = [f"{name!r} ({op})" for name, op in placement.get("on_cpu", [])]
+    provider = str(placement.get("provider", "the provider"))
+    if not cpu:
+        return f", CPU fallback {mode}: every node on {provider}"
+    shown = ", ".join(cpu[:limit]) + (f", ... ({len(cpu) - limit} more)" if len(cpu) > limit else "")
+    return (f", CPU fallback {mode}: {len(cpu)} of {placement.get('nodes', len(cpu))} node(s) on the CPU "
+            f"(reported, not judged): {shown}")
 
 
 def _inf(label: str) -> bool:

@@ -10,7 +10,8 @@ its ``load``, ``prepare`` and ``infer`` are the stages a failure is reported in 
 Usage: ``witness_worker.py version RUNTIME`` prints the module's ``version(PARAM)`` as JSON
 (``{"version": ...}``) and exits 0, or exits 3 when the runtime is not installed;
 ``witness_worker.py run RUNTIME MODEL FEEDS.npz OUT_DIR [OUTPUTS.json]`` writes ``OUT_DIR/outputs.npz``
-(arrays ``s<set>_<k>`` in the order of the output names given, or the model's) or ``OUT_DIR/error.json``
+(arrays ``s<set>_<k>`` in the order of the output names given, or the model's; with
+``OUT_DIR/placement.json``, the module's ``placement(prepared)``, where it has one) or ``OUT_DIR/error.json``
 (``{"stage": "load"|"compile"|"run", "message": ...}``); ``witness_worker.py batch RUNTIME JOBS.json``
 does ``run`` for each ``[MODEL, FEEDS, OUT_DIR, OUTPUTS|null]`` of the list in one process (one runtime
 import for many small models), in order, so that a caller can tell from the folders which job a crash
@@ -59,7 +60,8 @@ def _param(runtime: str) -> str:
 
 
 def _execute(runtime: str, model: str, sets: list[dict[str, Any]], names: list[str] | None, order: list[str]
-             ) -> list[list[Any]]:
+             ) -> tuple[list[list[Any]], Any]:
+    """The outputs of every set, and the module's ``placement(prepared)`` where it has one (else None)."""
     module = runtime_module(runtime)
     try:
         loaded = module.load(model, _param(runtime))
@@ -76,10 +78,11 @@ def _execute(runtime: str, model: str, sets: list[dict[str, Any]], names: list[s
                 values.append(list(module.infer(prepared, feeds, names, order)))
             except Exception as e:
                 raise _StageError("run", e, k) from None
+        placed = module.placement(prepared) if hasattr(module, "placement") else None
     finally:
         if hasattr(module, "close"):
             module.close(prepared)
-    return values
+    return values, placed
 
 
 def _run(runtime: str, model: str, feeds_path: str, out_dir: str, outputs_path: str | None) -> None:
@@ -94,13 +97,16 @@ def _run(runtime: str, model: str, feeds_path: str, out_dir: str, outputs_path: 
         with open(outputs_path, encoding="utf-8") as f:
             names = json.load(f)
     try:
-        values = _execute(runtime, model, sets, names, order)
+        values, placed = _execute(runtime, model, sets, names, order)
     except _StageError as e:
         with open(os.path.join(out_dir, "error.json"), "w", encoding="utf-8") as f:
             json.dump({"stage": e.stage, "message": " ".join(str(e).split())[:2000], "input_set": e.input_set}, f)
         return
     arrays: dict[str, Any] = {f"s{k}_{j}": np.asarray(v) for k, row in enumerate(values) for j, v in enumerate(row)}
     np.savez(os.path.join(out_dir, "outputs.npz"), **arrays)
+    if placed is not None:
+        with open(os.path.join(out_dir, "placement.json"), "w", encoding="utf-8") as f:
+            json.dump(placed, f)
 
 
 def main(argv: list[str]) -> int:

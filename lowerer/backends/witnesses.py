@@ -35,7 +35,7 @@ import onnx
 
 from lowerer.backends.runtimes import runtime_of, witnesses_for
 
-__all__ = ["WITNESS_PYTHON", "Witness", "WitnessError", "find_witness", "installed_release", "installed_version",
+__all__ = ["WITNESS_PYTHON", "Ran", "Witness", "WitnessError", "find_witness", "installed_release", "installed_version",
            "release_of", "witness_python"]
 
 _WORKER = Path(__file__).with_name("witness_worker.py")
@@ -60,6 +60,18 @@ class WitnessError(Exception):
         self.stage = stage
         self.witness = witness
         self.input_set = input_set
+
+
+@dataclass(frozen=True)
+class Ran:
+    """What a witness run gave: the outputs per input set, and where the runtime put the nodes (None: it does not say).
+
+    ``placement``: the runtime module's ``placement(prepared)`` (:mod:`lowerer.backends.runtimes`):
+    ``{"fallback": bool, "nodes": int, "provider": str, "on_cpu": [[name, op], ...]}``.
+    """
+
+    values: list[list[np.ndarray]]
+    placement: dict[str, Any] | None = None
 
 
 @dataclass(frozen=True)
@@ -96,6 +108,15 @@ class Witness:
         Raises:
             WitnessError: as :meth:`run`; its ``input_set`` says which set failed to run (None: not a run).
         """
+        return self.run_placed(model, sets, outputs, timeout).values
+
+    def run_placed(self, model: onnx.ModelProto, sets: Sequence[Mapping[str, np.ndarray]],
+                   outputs: Sequence[str] | None = None, timeout: float = RUN_TIMEOUT) -> Ran:
+        """:meth:`run_sets`, with where the runtime put the nodes when it says (a CPU fallback's placement).
+
+        Raises:
+            WitnessError: as :meth:`run_sets`.
+        """
         with tempfile.TemporaryDirectory(prefix="lowerer-witness-") as folder:
             work = Path(folder)
             model_path = work / "model.onnx"
@@ -114,9 +135,12 @@ class Witness:
             if error.exists():
                 found = json.loads(error.read_text(encoding="utf-8"))
                 raise WitnessError(str(found["stage"]), self.label, str(found["message"]), found.get("input_set"))
+            placed = work / "placement.json"
+            placement = json.loads(placed.read_text(encoding="utf-8")) if placed.exists() else None
             with np.load(work / "outputs.npz", allow_pickle=False) as data:
                 count = len(data.files) // max(len(sets), 1)
-                return [[np.array(data[f"s{k}_{j}"]) for j in range(count)] for k in range(len(sets))]
+                values = [[np.array(data[f"s{k}_{j}"]) for j in range(count)] for k in range(len(sets))]
+            return Ran(values, placement)
 
     def _call(self, args: list[str], timeout: float) -> None:
         try:

@@ -21,7 +21,7 @@ __all__ = ["SCHEMA_VERSION", "STATUSES", "Crossing", "Report", "Rewrite", "Rewri
 
 #: The version of the report's JSON layout: the major number changes when a field is removed or
 #: changes meaning, the minor one when fields are added.
-SCHEMA_VERSION = "2.5"
+SCHEMA_VERSION = "2.6"
 
 #: ``field(metadata=...)`` key: a field that is working data, not part of the JSON record.
 INTERNAL = "lowerer_internal"

@@ -15,6 +15,12 @@ tensor) the body then gives another shape than the op ([0, 64, 64]). lowerer wri
 ``allowzero=1`` on a body's Reshapes whose shape is not a constant (from Reshape-14 on; older
 bodies have none), which is what the op means; the Reshape steps below 14 then keep it exact.
 
+HardSwish's body is written ``Mul(HardSigmoid(X), X)``, not onnx's ``Mul(X, HardSigmoid(X))``: the
+same product bit for bit (IEEE multiplication is commutative), and the order onnxruntime-qnn 2.7 computes
+right, where onnx's order, with the HardSigmoid named as lowerer names it, comes out as ``X * X`` there
+(measured: probes ``HardSigmoid-Mul-13-*`` and ``HardSwish-14-to13`` in
+``lowerer/backends/measured/onnxruntime-qnn-2.7.0.json``). One form for every backend.
+
 An expansion computes what the op means, but in the body's order of operations, which may round
 differently from a fused kernel: verification judges it against an explicit ulp budget
 (:data:`lowerer.verification.compare.EXPANSION_ULPS`), never exactly-or-nothing.
@@ -197,6 +203,14 @@ def _literal_reshapes(nodes: list[onnx.NodeProto], opset: int) -> None:
             n.attribute.append(helper.make_attribute("allowzero", 1))
 
 
+def _hardswish_operands(nodes: list[onnx.NodeProto]) -> None:
+    """HardSwish's ``Mul(X, HardSigmoid(X))`` as ``Mul(HardSigmoid(X), X)`` (see the module docstring)."""
+    made = {o for n in nodes if n.op_type == "HardSigmoid" for o in n.output}
+    for n in nodes:
+        if n.op_type == "Mul" and len(n.input) == 2 and n.input[1] in made and n.input[0] not in made:
+            n.input[0], n.input[1] = n.input[1], n.input[0]
+
+
 def expand(em: Emitter, made: Mapping[str, MadeRewrite] | None = None) -> int:
     """Emit ``em.node``'s function body into ``em`` and return the opset its nodes are valid at.
 
@@ -237,6 +251,8 @@ def expand(em: Emitter, made: Mapping[str, MadeRewrite] | None = None) -> int:
         copies.append(c)
     _resolve_references(copies, _attribute_values(node, schema))
     _literal_reshapes(copies, opset)
+    if node.op_type == "HardSwish":
+        _hardswish_operands(copies)
     _rename(copies, mapping, em)
     for c in plain_forms(fold(copies, em, opset, wanted, made), em, wanted):
         if node.metadata_props:

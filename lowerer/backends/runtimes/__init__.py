@@ -14,15 +14,20 @@ the standard library, numpy and its runtime, inside its functions). A module hol
   release the version query also reports: onnxruntime-openvino's bundled OpenVINO), optionally
   ``PIP`` (the pip steps that install a release in a fresh venv, ``{version}`` standing for the release:
   ``benchmarks/backend_matrix.py`` builds its venvs with them; by default
-  ``(("DISTRIBUTION=={version}", "numpy", "onnx"),)``), and optionally ``NONFINITE``
+  ``(("DISTRIBUTION=={version}", "numpy", "onnx"),)``), optionally ``NONFINITE``
   (``(op, statement, source)`` per op whose kernel there computes NaN or ±inf otherwise than onnxruntime
-  does, measured: the deployment check records, not judges, a ±inf set whose first departing node is one);
+  does, measured: the deployment check records, not judges, a ±inf set whose first departing node is one),
+  and optionally ``JUDGES_CHANGES`` (True: the deployment check judges what lowerer changed there, a failure
+  or difference the original model shows there too being recorded, not a failed verification:
+  onnxruntime-qnn, which users run with its CPU fallback, where the original's own failures are the runtime's);
 * ``version(param)``: ``{"version": ...}`` (and ``RELEASE``'s key when it has one), raising ImportError
   when the runtime is not installed;
 * ``load(model_path, param)``, ``prepare(loaded, names, feeds, param)`` and
   ``infer(prepared, feeds, names, order)``: the three stages the worker reports a failure in (``load``,
   ``compile``, ``run``); ``names`` are the outputs wanted (None: the model's), ``feeds`` an input set by
-  name, ``order`` the model's input names in order; optionally ``close(prepared)``.
+  name, ``order`` the model's input names in order; optionally ``close(prepared)`` and
+  ``placement(prepared)`` (JSON-ready: ``{"fallback": bool, "nodes": int, "provider": str, "on_cpu":
+  [[name, op], ...]}``, where a runtime with a CPU fallback put the model's nodes).
 
 Adding a runtime is its module here, its profile (``lowerer/backends/<backend>.json``), its measured
 probe run (``lowerer/backends/measured/``) and a row of ``tests/test_runtimes.py``.
@@ -57,6 +62,7 @@ class Runtime:
     path: Path
     #: ``(op, statement, source)`` per op whose kernel computes NaN or ±inf otherwise than onnxruntime does.
     nonfinite: tuple[tuple[str, str, str], ...] = ()
+    judges_changes: bool = False
 
     def device_of(self, param: str) -> str:
         """The device a witness of this runtime runs on (``param``: what follows ``NAME:``)."""
@@ -73,7 +79,8 @@ def _record(module: ModuleType) -> Runtime:
                        module, "PIP", ((f"{module.DISTRIBUTION}=={{version}}", "numpy", "onnx"),))),
                    path=Path(str(module.__file__)),
                    nonfinite=tuple((str(op), str(said), str(source))
-                                   for op, said, source in getattr(module, "NONFINITE", ())))
+                                   for op, said, source in getattr(module, "NONFINITE", ())),
+                   judges_changes=bool(getattr(module, "JUDGES_CHANGES", False)))
 
 
 @functools.cache
