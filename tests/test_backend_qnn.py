@@ -142,7 +142,10 @@ def test_written_hardswish_body_runs_right_on_qnn() -> None:
     assert [r.status for r in run_probes(witness, written)] == ["right"]
     model, _ = LOWERED["HardSwish-14"][0]()
     deployment = _converted(model, target_opset=13).report.backend["deployment"]
-    assert deployment["status"] == "equal", deployment
+    # Equal on every finite set; on the ±inf sets the HTP departs from onnxruntime's CPU for the original's
+    # HardSwish as well (recorded as the runtime's, not judged).
+    assert deployment["status"] == "equal" or (
+        deployment["status"] == "differs-as-original" and "inf (x:" in deployment["reason"]), deployment
     assert "CPU fallback on (as users run it): every node on QNNExecutionProvider" in deployment["reason"]
 
 
