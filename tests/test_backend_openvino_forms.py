@@ -6,9 +6,11 @@ from __future__ import annotations
 import numpy as np
 import onnx
 import onnxruntime as ort
+import pytest
 from onnx import TensorProto, helper
 
 import lowerer
+from lowerer.core.errors import ConversionError
 
 
 def _isnan(opset: int = 17) -> onnx.ModelProto:
@@ -32,3 +34,58 @@ def test_isnan_becomes_equal_and_not_for_openvino_2023() -> None:
 def test_isnan_stays_for_newer_openvino() -> None:
     out = lowerer.convert(_isnan(), for_backend="openvino==2024.0", verify=False).model
     assert "IsNaN" in [n.op_type for n in out.graph.node]
+
+
+_DIAGONALS = {"ii->": [(4, 4)], "ii->i": [(4, 4)], "bii->bi": [(2, 3, 3)], "bii->b": [(2, 3, 3)],
+              "iij->ji": [(3, 3, 2)], "ii,j->ij": [(3, 3), (2,)], "ij,jj->i": [(2, 3), (3, 3)], "iii->i": [(3, 3, 3)],
+              "...ii->...i": [(2, 2, 3, 3)]}
+
+
+def _einsum(equation: str, shapes: list[tuple[int | str, ...]], elem: int = TensorProto.FLOAT) -> onnx.ModelProto:
+    inputs = [helper.make_tensor_value_info(f"x{i}", elem, s) for i, s in enumerate(shapes)]
+    node = helper.make_node("Einsum", [f"x{i}" for i in range(len(shapes))], ["y"], name="e", equation=equation)
+    static = all(isinstance(d, int) for s in shapes for d in s)
+    shape = np.einsum(equation, *(np.zeros(s) for s in shapes)).shape if static else shapes[0][:1]
+    y = helper.make_tensor_value_info("y", elem, shape)
+    return helper.make_model(helper.make_graph([node], "g", inputs, [y]), opset_imports=[helper.make_opsetid("", 17)],
+                             ir_version=8)
+
+
+def _run(model: onnx.ModelProto, feeds: dict[str, np.ndarray]) -> np.ndarray:
+    return np.asarray(ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+                      .run(None, feeds)[0])
+
+
+@pytest.mark.parametrize("equation", list(_DIAGONALS))
+def test_einsum_diagonal_taken_by_gather_for_openvino_2024(equation: str) -> None:
+    shapes = _DIAGONALS[equation]
+    model = _einsum(equation, list(shapes))
+    out = lowerer.convert(model, for_backend="openvino==2024.0").model
+    for node in out.graph.node:
+        if node.op_type == "Einsum":
+            terms = onnx.helper.get_attribute_value(node.attribute[0]).decode().split("->")[0].split(",")
+            assert all(len(set(t)) == len(t) for t in terms), terms
+    rng = np.random.default_rng(7)
+    for special in (False, True):
+        feeds = {f"x{i}": rng.standard_normal(s).astype(np.float32) for i, s in enumerate(shapes)}
+        if special:  # ±inf and NaN off the diagonal must not reach the result (no mask multiply)
+            feeds["x0"].reshape(-1)[1::2] = np.array([np.inf, -np.inf, np.nan], np.float32)[
+                np.arange(feeds["x0"].size // 2) % 3]
+        want, got = _run(model, feeds), _run(out, feeds)
+        assert want.shape == got.shape and np.array_equal(want, got, equal_nan=True), equation
+
+
+def test_einsum_diagonal_int64_exact_and_kept_for_newer_openvino() -> None:
+    model = _einsum("bii->bi", [(2, 5, 5)], TensorProto.INT64)
+    out = lowerer.convert(model, for_backend="openvino==2023.0").model
+    x = np.arange(50, dtype=np.int64).reshape(2, 5, 5)
+    assert np.array_equal(_run(model, {"x0": x}), _run(out, {"x0": x}))
+    kept = lowerer.convert(model, for_backend="openvino==2026.4", verify=False).model
+    assert [n.op_type for n in kept.graph.node] == ["Einsum"]
+
+
+def test_einsum_diagonal_of_dynamic_size_refused_in_one_line() -> None:
+    with pytest.raises(ConversionError) as e:
+        lowerer.convert(_einsum("ii->i", [("n", "n")]), for_backend="openvino==2023.0")
+    line = str(e.value)
+    assert "\n" not in line and "Einsum" in line and "'i'" in line and "static" in line
