@@ -89,3 +89,22 @@ def test_einsum_diagonal_of_dynamic_size_refused_in_one_line() -> None:
         lowerer.convert(_einsum("ii->i", [("n", "n")]), for_backend="openvino==2023.0")
     line = str(e.value)
     assert "\n" not in line and "Einsum" in line and "'i'" in line and "static" in line
+
+
+def test_gelu_as_mul_form_for_openvino_2023_within_its_budget() -> None:
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [4, 64])
+    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, [4, 64])
+    graphs = {a: helper.make_graph([helper.make_node("Gelu", ["x"], ["y"], name="g", approximate=a)], "g", [x], [y])
+              for a in ("none", "tanh")}
+    models = {a: helper.make_model(g, opset_imports=[helper.make_opsetid("", 20)], ir_version=9)
+              for a, g in graphs.items()}
+    result = lowerer.convert(models["none"], for_backend="openvino==2023.0")
+    assert [n.op_type for n in result.model.graph.node] == ["Mul", "Erf", "Add", "Mul", "Mul"]
+    assert [r.rule for r in result.report.rewrites] == ["gelu-mul"]
+    feeds = {"x": np.linspace(-6, 6, 256, dtype=np.float32).reshape(4, 64)}
+    want, got = _run(models["none"], feeds), _run(result.model, feeds)
+    assert np.abs(want - got).max() <= 1e-6 * np.abs(want).max()
+    tanh = lowerer.convert(models["tanh"], for_backend="openvino==2023.0").model
+    assert "Tanh" in [n.op_type for n in tanh.graph.node]  # its function body
+    newer = lowerer.convert(models["none"], for_backend="openvino==2024.0").model
+    assert "Div" in [n.op_type for n in newer.graph.node]  # the body: 2024.0 computes it right

@@ -277,6 +277,13 @@ def _forms() -> list[Probe]:
     nan_x = np.array([[np.nan, 1, np.inf, -np.inf], [0, -0.0, np.nan, 3]], np.float32)
     add("IsNaN-13", "IsNaN on NaN, ±inf, ±0 and finite values (isnan-equal writes Not(Equal(x, x)))",
         [n("IsNaN", ["x"], ["y"])], 13, [], TensorProto.BOOL, {"x": nan_x})
+    square = np.arange(32, dtype=np.float32).reshape(2, 4, 4) * 1.5 - 20
+    for label, equation in (("trace", "ii->"), ("diagonal", "ii->i"), ("batch-diagonal", "bii->bi")):
+        add(f"Einsum-12-{label}", f"Einsum {equation} (einsum-diagonal writes Gather of the diagonal + Einsum)",
+            [n("Einsum", ["x"], ["y"], equation=equation)], 12, [],
+            feeds={"x": square if equation.startswith("b") else square[0]})
+    add("Gelu-20-none-wide", "Gelu-20 approximate=none over [-6, 6] (gelu-mul writes Erf(x * 1/sqrt 2))",
+        [n("Gelu", ["x"], ["y"])], 20, [], feeds={"x": np.linspace(-6, 6, 64, dtype=np.float32).reshape(4, 16)})
     add("Reshape-1-attribute", "Reshape-1 (shape as an attribute)", [n("Reshape", ["x"], ["y"], shape=[6, 4])], 1,
         [])
     p[-1].model.graph.output[0].CopyFrom(helper.make_tensor_value_info("y", _F, [6, 4]))
