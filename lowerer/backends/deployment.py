@@ -360,6 +360,7 @@ def _locate(converted: onnx.ModelProto, witness: Witness, sets: list[FeedSet], b
         have = dict(zip(wanted, witness.run(probe, feeds, wanted), strict=True))
     except (WitnessError, Exception):  # a value the runtime fused away cannot be asked for: no finding
         return None
+    node: onnx.NodeProto
     for node in graph.node:  # in topological order: the first node that departs has inputs that agree
         for out in node.output:
             if out and out in want and out in have and \
