@@ -108,3 +108,35 @@ def test_gelu_as_mul_form_for_openvino_2023_within_its_budget() -> None:
     assert "Tanh" in [n.op_type for n in tanh.graph.node]  # its function body
     newer = lowerer.convert(models["none"], for_backend="openvino==2024.0").model
     assert "Div" in [n.op_type for n in newer.graph.node]  # the body: 2024.0 computes it right
+
+
+def test_onnxruntime_openvino_compile_failures_expanded_or_refused_in_one_line() -> None:
+    """onnxruntime-openvino 1.24.1 (``openvino==2025.4``) takes and then fails Attention-23 (expanded here),
+    ScatterND with a reduction and GridSample-20 linear (refused, naming the opset that runs where one does)."""
+    q = helper.make_tensor_value_info("q", TensorProto.FLOAT, [1, 2, 4, 8])
+    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 2, 4, 8])
+    attention = helper.make_model(helper.make_graph([helper.make_node("Attention", ["q", "q", "q"], ["y"])], "g",
+                                                    [q], [y]), opset_imports=[helper.make_opsetid("", 23)])
+    out = lowerer.convert(attention, for_backend="openvino==2025.4", verify=False).model
+    assert "Attention" not in [n.op_type for n in out.graph.node]
+    kept = lowerer.convert(attention, for_backend="openvino==2026.4", verify=False).model
+    assert [n.op_type for n in kept.graph.node] == ["Attention"]
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 2, 5, 6])
+    grid = helper.make_tensor_value_info("g", TensorProto.FLOAT, [1, 3, 4, 2])
+    sampled = helper.make_tensor_value_info("s", TensorProto.FLOAT, [1, 2, 3, 4])
+    gridsample = helper.make_model(helper.make_graph([helper.make_node("GridSample", ["x", "g"], ["s"], name="gs")],
+                                                     "g", [x, grid], [sampled]),
+                                   opset_imports=[helper.make_opsetid("", 20)])
+    with pytest.raises(ConversionError) as e:
+        lowerer.convert(gridsample, for_backend="openvino==2025.4", verify=False)
+    assert "\n" not in str(e.value) and "'gs' (GridSample-20" in str(e.value) and "--target-opset 19" in str(e.value)
+    u = helper.make_tensor_value_info("u", TensorProto.FLOAT, [2, 3])
+    i = helper.make_tensor_value_info("i", TensorProto.INT64, [2, 1])
+    d = helper.make_tensor_value_info("d", TensorProto.FLOAT, [4, 3])
+    o = helper.make_tensor_value_info("o", TensorProto.FLOAT, [4, 3])
+    scatter = helper.make_model(helper.make_graph([helper.make_node("ScatterND", ["d", "i", "u"], ["o"], name="sc",
+                                                                    reduction="max")], "g", [d, i, u], [o]),
+                                opset_imports=[helper.make_opsetid("", 18)])
+    with pytest.raises(ConversionError) as e:
+        lowerer.convert(scatter, for_backend="openvino==2025.4", verify=False)
+    assert "\n" not in str(e.value) and "'sc' (ScatterND-18" in str(e.value) and "no option makes" in str(e.value)
