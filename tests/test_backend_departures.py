@@ -64,6 +64,18 @@ def test_deployment_calls_the_tie_difference_the_originals() -> None:
     assert record["deployment"]["status"] in ("departs-as-original", "equal"), record["deployment"]
 
 
+@pytest.mark.skipif(not HAS_OPENVINO, reason="OpenVINO is not installed (the test extra installs it)")
+def test_departure_found_first_where_the_original_cannot_run(monkeypatch: pytest.MonkeyPatch) -> None:
+    """OpenVINO 2023.0 loads no opset-20 detector: the kept TopK, located as the first node departing, says it."""
+    monkeypatch.setattr(deployment, "_as_original", lambda *args: False)  # as if the original did not run there
+    record = lowerer.convert(_topk(7), for_backend="openvino").report.backend
+    assert record is not None
+    found = record["deployment"]
+    assert found["status"] in ("departs-as-original", "equal"), found
+    if found["status"] != "equal":
+        assert "first at 'top' (TopK-11)" in found["reason"] and "departures" in found["reason"], found
+
+
 def test_deployment_inputs_follow_the_users_shapes() -> None:
     x = helper.make_tensor_value_info("x", TensorProto.FLOAT, ["n", 3, "h", "w"])
     model = helper.make_model(helper.make_graph([helper.make_node("Relu", ["x"], ["y"])], "g", [x],

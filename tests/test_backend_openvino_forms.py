@@ -6,9 +6,11 @@ from __future__ import annotations
 import numpy as np
 import onnx
 import onnxruntime as ort
+import pytest
 from onnx import TensorProto, helper
 
 import lowerer
+from lowerer.core.errors import ConversionError
 
 
 def _isnan(opset: int = 17) -> onnx.ModelProto:
@@ -32,3 +34,109 @@ def test_isnan_becomes_equal_and_not_for_openvino_2023() -> None:
 def test_isnan_stays_for_newer_openvino() -> None:
     out = lowerer.convert(_isnan(), for_backend="openvino==2024.0", verify=False).model
     assert "IsNaN" in [n.op_type for n in out.graph.node]
+
+
+_DIAGONALS = {"ii->": [(4, 4)], "ii->i": [(4, 4)], "bii->bi": [(2, 3, 3)], "bii->b": [(2, 3, 3)],
+              "iij->ji": [(3, 3, 2)], "ii,j->ij": [(3, 3), (2,)], "ij,jj->i": [(2, 3), (3, 3)], "iii->i": [(3, 3, 3)],
+              "...ii->...i": [(2, 2, 3, 3)]}
+
+
+def _einsum(equation: str, shapes: list[tuple[int | str, ...]], elem: int = TensorProto.FLOAT) -> onnx.ModelProto:
+    inputs = [helper.make_tensor_value_info(f"x{i}", elem, s) for i, s in enumerate(shapes)]
+    node = helper.make_node("Einsum", [f"x{i}" for i in range(len(shapes))], ["y"], name="e", equation=equation)
+    static = all(isinstance(d, int) for s in shapes for d in s)
+    shape = np.einsum(equation, *(np.zeros(s) for s in shapes)).shape if static else shapes[0][:1]
+    y = helper.make_tensor_value_info("y", elem, shape)
+    return helper.make_model(helper.make_graph([node], "g", inputs, [y]), opset_imports=[helper.make_opsetid("", 17)],
+                             ir_version=8)
+
+
+def _run(model: onnx.ModelProto, feeds: dict[str, np.ndarray]) -> np.ndarray:
+    return np.asarray(ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+                      .run(None, feeds)[0])
+
+
+@pytest.mark.parametrize("equation", list(_DIAGONALS))
+def test_einsum_diagonal_taken_by_gather_for_openvino_2024(equation: str) -> None:
+    shapes = _DIAGONALS[equation]
+    model = _einsum(equation, list(shapes))
+    out = lowerer.convert(model, for_backend="openvino==2024.0").model
+    for node in out.graph.node:
+        if node.op_type == "Einsum":
+            terms = onnx.helper.get_attribute_value(node.attribute[0]).decode().split("->")[0].split(",")
+            assert all(len(set(t)) == len(t) for t in terms), terms
+    rng = np.random.default_rng(7)
+    for special in (False, True):
+        feeds = {f"x{i}": rng.standard_normal(s).astype(np.float32) for i, s in enumerate(shapes)}
+        if special:  # ±inf and NaN off the diagonal must not reach the result (no mask multiply)
+            feeds["x0"].reshape(-1)[1::2] = np.array([np.inf, -np.inf, np.nan], np.float32)[
+                np.arange(feeds["x0"].size // 2) % 3]
+        want, got = _run(model, feeds), _run(out, feeds)
+        assert want.shape == got.shape and np.array_equal(want, got, equal_nan=True), equation
+
+
+def test_einsum_diagonal_int64_exact_and_kept_for_newer_openvino() -> None:
+    model = _einsum("bii->bi", [(2, 5, 5)], TensorProto.INT64)
+    out = lowerer.convert(model, for_backend="openvino==2023.0").model
+    x = np.arange(50, dtype=np.int64).reshape(2, 5, 5)
+    assert np.array_equal(_run(model, {"x0": x}), _run(out, {"x0": x}))
+    kept = lowerer.convert(model, for_backend="openvino==2026.4", verify=False).model
+    assert [n.op_type for n in kept.graph.node] == ["Einsum"]
+
+
+def test_einsum_diagonal_of_dynamic_size_refused_in_one_line() -> None:
+    with pytest.raises(ConversionError) as e:
+        lowerer.convert(_einsum("ii->i", [("n", "n")]), for_backend="openvino==2023.0")
+    line = str(e.value)
+    assert "\n" not in line and "Einsum" in line and "'i'" in line and "static" in line
+
+
+def test_gelu_as_mul_form_for_openvino_2023_within_its_budget() -> None:
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [4, 64])
+    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, [4, 64])
+    graphs = {a: helper.make_graph([helper.make_node("Gelu", ["x"], ["y"], name="g", approximate=a)], "g", [x], [y])
+              for a in ("none", "tanh")}
+    models = {a: helper.make_model(g, opset_imports=[helper.make_opsetid("", 20)], ir_version=9)
+              for a, g in graphs.items()}
+    result = lowerer.convert(models["none"], for_backend="openvino==2023.0")
+    assert [n.op_type for n in result.model.graph.node] == ["Mul", "Erf", "Add", "Mul", "Mul"]
+    assert [r.rule for r in result.report.rewrites] == ["gelu-mul"]
+    feeds = {"x": np.linspace(-6, 6, 256, dtype=np.float32).reshape(4, 64)}
+    want, got = _run(models["none"], feeds), _run(result.model, feeds)
+    assert np.abs(want - got).max() <= 1e-6 * np.abs(want).max()
+    tanh = lowerer.convert(models["tanh"], for_backend="openvino==2023.0").model
+    assert "Tanh" in [n.op_type for n in tanh.graph.node]  # its function body
+    newer = lowerer.convert(models["none"], for_backend="openvino==2024.0").model
+    assert "Div" in [n.op_type for n in newer.graph.node]  # the body: 2024.0 computes it right
+
+
+def test_onnxruntime_openvino_compile_failures_expanded_or_refused_in_one_line() -> None:
+    """onnxruntime-openvino 1.24.1 (``openvino==2025.4``) takes and then fails Attention-23 (expanded here),
+    ScatterND with a reduction and GridSample-20 linear (refused, naming the opset that runs where one does)."""
+    q = helper.make_tensor_value_info("q", TensorProto.FLOAT, [1, 2, 4, 8])
+    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 2, 4, 8])
+    attention = helper.make_model(helper.make_graph([helper.make_node("Attention", ["q", "q", "q"], ["y"])], "g",
+                                                    [q], [y]), opset_imports=[helper.make_opsetid("", 23)])
+    out = lowerer.convert(attention, for_backend="openvino==2025.4", verify=False).model
+    assert "Attention" not in [n.op_type for n in out.graph.node]
+    kept = lowerer.convert(attention, for_backend="openvino==2026.4", verify=False).model
+    assert [n.op_type for n in kept.graph.node] == ["Attention"]
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 2, 5, 6])
+    grid = helper.make_tensor_value_info("g", TensorProto.FLOAT, [1, 3, 4, 2])
+    sampled = helper.make_tensor_value_info("s", TensorProto.FLOAT, [1, 2, 3, 4])
+    gridsample = helper.make_model(helper.make_graph([helper.make_node("GridSample", ["x", "g"], ["s"], name="gs")],
+                                                     "g", [x, grid], [sampled]),
+                                   opset_imports=[helper.make_opsetid("", 20)])
+    with pytest.raises(ConversionError) as e:
+        lowerer.convert(gridsample, for_backend="openvino==2025.4", verify=False)
+    assert "\n" not in str(e.value) and "'gs' (GridSample-20" in str(e.value) and "--target-opset 19" in str(e.value)
+    u = helper.make_tensor_value_info("u", TensorProto.FLOAT, [2, 3])
+    i = helper.make_tensor_value_info("i", TensorProto.INT64, [2, 1])
+    d = helper.make_tensor_value_info("d", TensorProto.FLOAT, [4, 3])
+    o = helper.make_tensor_value_info("o", TensorProto.FLOAT, [4, 3])
+    scatter = helper.make_model(helper.make_graph([helper.make_node("ScatterND", ["d", "i", "u"], ["o"], name="sc",
+                                                                    reduction="max")], "g", [d, i, u], [o]),
+                                opset_imports=[helper.make_opsetid("", 18)])
+    with pytest.raises(ConversionError) as e:
+        lowerer.convert(scatter, for_backend="openvino==2025.4", verify=False)
+    assert "\n" not in str(e.value) and "'sc' (ScatterND-18" in str(e.value) and "no option makes" in str(e.value)

@@ -368,9 +368,26 @@ def _limits() -> list[Probe]:
     return probes
 
 
+def _entry_sources() -> list[Probe]:
+    """The ops whose profile forms write them otherwise: Einsum diagonals (einsum-diagonal), Gelu-20 (gelu-mul)."""
+    square = np.arange(32, dtype=np.float32).reshape(2, 4, 4) * 1.5 - 20
+    p = []
+    for label, equation in (("trace", "ii->"), ("diagonal", "ii->i"), ("batch-diagonal", "bii->bi")):
+        x = square if equation.startswith("b") else square[0]
+        model = make_model([helper.make_node("Einsum", ["x"], ["y"], equation=equation)], [("x", _F, x.shape)],
+                           [("y", _F)], 12)
+        p.append(Probe(f"Einsum-12-{label}", "forms", f"Einsum {equation} (einsum-diagonal writes Gather of the "
+                       "diagonal + Einsum)", model, {"x": x}))
+    x = np.linspace(-6, 6, 64, dtype=np.float32).reshape(4, 16)
+    model = make_model([helper.make_node("Gelu", ["x"], ["y"])], [("x", _F, x.shape)], [("y", _F)], 20)
+    p.append(Probe("Gelu-20-none-wide", "forms", "Gelu-20 approximate=none over [-6, 6] (gelu-mul writes "
+                   "Erf(x * 1/sqrt 2))", model, {"x": x}))
+    return p
+
+
 def base_probes() -> list[Probe]:
     """Every probe but the expansion bodies (no lowerer conversion needed)."""
-    return [*_mission(), *_topk(), *_ties16(), *_reduce(), *_shape(), *_forms(), *_limits()]
+    return [*_mission(), *_topk(), *_ties16(), *_reduce(), *_shape(), *_forms(), *_entry_sources(), *_limits()]
 
 
 #: One-node models whose expansion bodies lowerer writes, and the targets they are written for.

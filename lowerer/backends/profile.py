@@ -3,7 +3,7 @@
 A profile (``lowerer/backends/<name>.json``) lists entries. Each entry names an op (or several),
 the range of its since-versions, an optional condition on the node (attribute values, attributes
 written at all, input element types, whether an input is a literal constant, a constant input's value, the rank,
-static dims), what lowerer does
+static dims, an Einsum equation repeating a letter within an operand), what lowerer does
 with such a node (``rewrite``: the name of an exact form, or null when lowerer has none), why the
 backend cannot run it, and the source of that statement (a document or code location). Entries
 that could not be confirmed in their source say so (``"confirmed": false`` and a ``note``).
@@ -78,10 +78,13 @@ REWRITES: dict[str, str] = {
     "hardmax-reduce": "Hardmax -> first maximum from ReduceMax + Equal + Where + ReduceMin, + one-hot (no ArgMax/TopK)",
     "expand": "the op's ONNX function body",
     "isnan-equal": "IsNaN -> Not(Equal(x, x)) (NaN is the one value unequal to itself)",
+    "gelu-mul": "Gelu (approximate=none) -> 0.5 x (1 + Erf(x * (1/sqrt 2))) (Mul, not the body's Div by Sqrt(2))",
+    "einsum-diagonal": "Einsum with a letter repeated in an operand -> its diagonal by Gather, then Einsum over it",
 }
 
 _CONDITIONS = frozenset({"attribute", "attribute_in", "attributes_present", "dtypes", "not_dtypes", "literal_inputs",
-                         "input_values_outside", "rank_not", "axis_not_last", "dynamic_shape", "axis_size_dynamic"})
+                         "input_values_outside", "rank_not", "axis_not_last", "dynamic_shape", "axis_size_dynamic",
+                         "repeated_letters"})
 _ENTRY_KEYS = frozenset({"op", "ops", "versions", "when", "rewrite", "why", "source", "confirmed", "note",
                          "backend_versions", "departure"})
 _AXIS_OPS = frozenset({"Hardmax", "Softmax", "LogSoftmax"})
@@ -600,6 +603,13 @@ def _check_axis_size_dynamic(node: onnx.NodeProto, version: int, facts: Facts, v
     return (None in span) == bool(value)
 
 
+def _check_repeated_letters(node: onnx.NodeProto, version: int, facts: Facts, value: Any) -> bool:
+    """Whether Einsum's equation repeats a letter within one operand (a diagonal or trace: ``ii->``), as ``value``."""
+    equation = _attribute_or_default(node, version, "equation")
+    terms = str(equation or "").replace(" ", "").partition("->")[0].replace("...", "").split(",")
+    return any(len(set(t)) != len(t) for t in terms) == bool(value)
+
+
 _CHECKS = {
     "attribute": _check_attribute,
     "attribute_in": _check_attribute_in,
@@ -612,6 +622,7 @@ _CHECKS = {
     "axis_not_last": _check_axis_not_last,
     "dynamic_shape": _check_dynamic_shape,
     "axis_size_dynamic": _check_axis_size_dynamic,
+    "repeated_letters": _check_repeated_letters,
 }
 
 
@@ -636,6 +647,8 @@ def _describe_condition(name: str, value: Any) -> str:
         return "on a non-last axis" if value else "on the last axis"
     if name == "dynamic_shape":
         return "with a dynamic input shape" if value else "with a static input shape"
+    if name == "repeated_letters":
+        return "with a letter repeated within an operand (a diagonal)" if value else ""
     if name == "axis_size_dynamic":
         return "with a dynamic size along the axis" if value else ""
     return ""

@@ -191,6 +191,8 @@ def form_probes() -> list[Probe]:
 ENTRY_FORMS: dict[str, tuple[str, str, int]] = {
     "argmax-flip": (r"select_last_index1$|-rows16-last$", "cuda", 13),
     "last-axis": (r"^Softmax-11-axis[01]$", FORM_SPEC, 11),
+    "einsum-diagonal": (r"^Einsum-12-", FORM_SPEC, 17),
+    "gelu-mul": (r"^Gelu-20-none-wide$", FORM_SPEC, 17),
 }
 
 

@@ -8,7 +8,8 @@ here registers nothing: ``tests/test_registry.py`` checks every module of the pa
 * decompositions: :mod:`.hardmax_decomposition` (Hardmax → ArgMax + one-hot), :mod:`.global_max_pool`
   (GlobalMaxPool → ReduceMax);
 * backend forms: :mod:`.backend_forms` (``argmax-flip``, ``last-axis``, ``constant-inputs``), :mod:`.topk_forms`
-  (``argmax-topk``, ``hardmax-topk``, ``shape-slice``), :mod:`.reduce_forms` (``argmax-reduce``, ``hardmax-reduce``);
+  (``argmax-topk``, ``hardmax-topk``, ``shape-slice``), :mod:`.reduce_forms` (``argmax-reduce``, ``hardmax-reduce``),
+  :mod:`.einsum` (``einsum-diagonal``), :mod:`.backend_forms` (``gelu-mul``);
 * lowerings (ops with no function body written with older ops, for targets that lack them): :mod:`.trilu`,
   :mod:`.mod`, :mod:`.cumsum`, :mod:`.constant_of_shape`, :mod:`.gather_elements`, :mod:`.einsum`,
   :mod:`.expand_where`, :mod:`.deform_conv`, GridSample-16's in :mod:`.grid_sample` (beside its 16 ↔ 20
@@ -53,7 +54,14 @@ from lowerer.rules import (  # noqa: F401  (imported to register their adapters)
     widening,
 )
 from lowerer.rules.argmax import ArgExtremumRule
-from lowerer.rules.backend_forms import ConstantInputsForm, IsNaNEqualForm, LastAxisForm, SelectLastIndexForm
+from lowerer.rules.backend_forms import (
+    ConstantInputsForm,
+    GeluMulForm,
+    IsNaNEqualForm,
+    LastAxisForm,
+    SelectLastIndexForm,
+)
+from lowerer.rules.einsum import EinsumDiagonalForm
 from lowerer.rules.global_max_pool import GlobalMaxPoolDecomposition
 from lowerer.rules.hardmax import CoercedAxisRule
 from lowerer.rules.hardmax_decomposition import HardmaxDecomposition
@@ -76,4 +84,6 @@ REGISTRY.form("shape-slice", ("Shape",), ShapeSliceForm)
 REGISTRY.form("argmax-reduce", ("ArgMax", "ArgMin"), ArgReduceForm)
 REGISTRY.form("hardmax-reduce", ("Hardmax",), HardmaxReduceForm)
 REGISTRY.form("isnan-equal", ("IsNaN",), IsNaNEqualForm)
+REGISTRY.form("einsum-diagonal", ("Einsum",), EinsumDiagonalForm)
+REGISTRY.form("gelu-mul", ("Gelu",), GeluMulForm)
 REGISTRY.seal()

@@ -14,7 +14,8 @@ expansion they are the forms of :data:`lowerer.backends.profile.REWRITES`:
 * :class:`ConstantInputsForm` (``constant-inputs``): the inputs a backend wants constant (a
   Reshape's shape, Slice's parameters, ReduceMax's axes, OneHot's depth) written as initializers
   where :mod:`lowerer.facts.constants` proves their value (a shape computed from static dims ...);
-* :class:`IsNaNEqualForm` (``isnan-equal``): IsNaN as ``Not(Equal(x, x))``.
+* :class:`IsNaNEqualForm` (``isnan-equal``): IsNaN as ``Not(Equal(x, x))``;
+* :class:`GeluMulForm` (``gelu-mul``): Gelu-20 (``approximate="none"``) as ``0.5 x (1 + Erf(x * (1/sqrt 2)))``.
 """
 
 from __future__ import annotations
@@ -24,12 +25,12 @@ import onnx
 
 from lowerer.core.errors import ConversionError
 from lowerer.model_io.naming import node_label
-from lowerer.model_io.node_attributes import int_attribute
+from lowerer.model_io.node_attributes import attribute_value, int_attribute
 from lowerer.rules.argmax import ArgExtremumRule
 from lowerer.rules.hardmax import CoercedAxisRule, read_axis_meaning
 from lowerer.steps.emitter import Emitter, Rule, normalize_axis
 
-__all__ = ["ConstantInputsForm", "IsNaNEqualForm", "LastAxisForm", "SelectLastIndexForm"]
+__all__ = ["ConstantInputsForm", "GeluMulForm", "IsNaNEqualForm", "LastAxisForm", "SelectLastIndexForm"]
 
 
 class SelectLastIndexForm(ArgExtremumRule):
@@ -204,3 +205,43 @@ class IsNaNEqualForm(Rule):
                       "from opset 11, bfloat16 from 13")
         same = em.op("Equal", [node.input[0], node.input[0]])
         em.op("Not", [same], list(node.output))
+
+
+class GeluMulForm(Rule):
+    """``Gelu-20`` with ``approximate="none"`` → ``Mul(Mul(x, 0.5), Add(Erf(Mul(x, 1/sqrt 2)), 1))``.
+
+    The function body divides by ``Sqrt(2)``; OpenVINO 2023.0's CPU plugin fuses that pattern into a kernel
+    whose Erf is approximated (off by 1.8e-5 x scale over [-6, 6], measured), and computes this form's plain
+    Erf right. ``x * (1/sqrt 2)`` rounds differently from ``x / sqrt 2`` by up to an ulp of the argument:
+    budgeted (judged by the expansion's ulp budget). ``approximate="tanh"`` is the function body.
+    Erf takes float16, float, double and bfloat16; other types are refused.
+    """
+
+    name = "gelu-mul"
+    op_types = ("Gelu",)
+    versions = (20,)
+    decomposition = "gelu-mul"
+    budgeted = True
+
+    def rewrite(self, em: Emitter) -> None:
+        """Emit the Mul form of ``em.node`` (the tanh approximation as its function body)."""
+        node = em.node
+        x = node.input[0]
+        approximate = attribute_value(node, "approximate")
+        if approximate not in (None, "none", b"none"):
+            em.refuse(f"the gelu-mul form writes approximate='none' only (the node has {approximate!r})")
+        elem = em.elem_type(x)
+        if elem not in _ERF_TYPES or (elem == onnx.TensorProto.BFLOAT16 and em.target < 13):
+            shown = "unknown" if elem is None else onnx.TensorProto.DataType.Name(elem)
+            em.refuse(f"the gelu-mul form needs Erf on the input's type ({shown}): float16, float, double, "
+                      "and bfloat16 from opset 13")
+        dtype = onnx.helper.tensor_dtype_to_np_dtype(elem)
+        scaled = em.op("Mul", [x, em.const(np.array(1 / np.sqrt(2), dtype), "rsqrt2")])
+        phi = em.op("Add", [em.op("Erf", [scaled]), em.const(np.array(1, dtype), "one")])
+        half = em.op("Mul", [x, em.const(np.array(0.5, dtype), "half")])
+        em.op("Mul", [half, phi], list(node.output))
+
+
+#: The element types Erf takes (bfloat16 from opset 13).
+_ERF_TYPES = frozenset({onnx.TensorProto.FLOAT16, onnx.TensorProto.FLOAT, onnx.TensorProto.DOUBLE,
+                        onnx.TensorProto.BFLOAT16})

@@ -17,7 +17,8 @@ The equations exporters emit, with any number of operands:
   (a letter only one operand holds, and no other needs, is summed on that operand first).
 
 ``...`` stands for as many letters as the operand's rank needs (the rank must be known). A letter
-repeated within one operand (a diagonal, ``ii->i``) is refused.
+repeated within one operand (a diagonal, ``ii->i``) is refused here; a backend profile may pick
+:class:`EinsumDiagonalForm` (``einsum-diagonal``), which takes the diagonal by Gather and keeps the Einsum.
 Float sums may add in another order than the Einsum kernel (MatMul, ReduceSum, and with three or more
 operands the pairwise order): the lowering is budgeted (judged by the expansion ulp budget); integer
 results are exact.
@@ -34,10 +35,10 @@ import onnx
 
 from lowerer.core.remedies import ADD_SHAPES
 from lowerer.model_io.node_attributes import attribute_value
-from lowerer.steps.emitter import Emitter
+from lowerer.steps.emitter import Emitter, Rule
 from lowerer.steps.registry import lowering
 
-__all__ = ["Equation", "einsum", "parse_equation"]
+__all__ = ["EinsumDiagonalForm", "Equation", "einsum", "parse_equation"]
 
 #: Element types every op the lowering emits (MatMul-9, Mul-7, ReduceSum-11) accepts.
 _TYPES = {onnx.TensorProto.FLOAT16: "float16", onnx.TensorProto.FLOAT: "float", onnx.TensorProto.DOUBLE: "double",
@@ -77,8 +78,12 @@ def _spell_term(term: str, rank: int | None, ellipsis: str) -> str:
     return term.replace("...", ellipsis[len(ellipsis) - count:] if count else "")
 
 
-def parse_equation(equation: str, ranks: Sequence[int | None]) -> Equation:
-    """``equation`` parsed for operands of ``ranks`` (None: unknown); ValueError says what is not handled."""
+def parse_equation(equation: str, ranks: Sequence[int | None], diagonal: bool = False) -> Equation:
+    """``equation`` parsed for operands of ``ranks`` (None: unknown); ValueError says what is not handled.
+
+    ``diagonal``: a letter may repeat within one operand (``ii->i``; in the implicit form such a letter
+    is summed, as numpy does); otherwise that is refused.
+    """
     eq = equation.replace(" ", "")
     lhs, arrow, out = eq.partition("->")
     terms = lhs.split(",")
@@ -94,10 +99,10 @@ def parse_equation(equation: str, ranks: Sequence[int | None]) -> Equation:
         raise ValueError("an operand has fewer axes than its letters")
     ellipsis = _ellipsis_letters(eq, max(counts, default=0))
     spelled = tuple(_spell_term(t, r, ellipsis) for t, r in zip(terms, ranks, strict=True))
-    for term in (*spelled, out):
+    for i, term in enumerate((*spelled, out)):
         if any(c not in string.ascii_letters for c in term.replace("...", "")):
             raise ValueError(f"{term!r} holds a character that is not a letter")
-        if len(set(term.replace("...", ""))) != len(term.replace("...", "")):
+        if len(set(term.replace("...", ""))) != len(term.replace("...", "")) and (not diagonal or i == len(spelled)):
             raise ValueError(f"a letter repeats within {term!r} (a diagonal or trace)")
     if not arrow:
         used = "".join(spelled)
@@ -240,3 +245,65 @@ def einsum(em: Emitter) -> None:
         keep = out if not later else "".join(c for c in dict.fromkeys(letters + terms[i]) if c in out + later)
         acc, letters = _contract(em, acc, letters, node.input[i], terms[i], keep, sizes)
     _finish(em, _transpose(em, acc, letters, out))
+
+
+def _take_diagonal(em: Emitter, x: str, term: str) -> tuple[str, str]:
+    """``x`` (axes ``term``) with each letter repeated in ``term`` taken once, on its diagonal; and its letters.
+
+    For a letter on ``k`` axes of size ``n``: ``Transpose`` those axes last, ``Reshape`` them into one axis of
+    ``n**k``, ``Gather`` the elements ``i * (1 + n + ... + n**(k-1))`` (where every index is ``i``). Exact.
+    """
+    dims = em.dims(x) or [None] * len(term)
+    while len(set(term)) != len(term):
+        letter = next(c for c in term if term.count(c) > 1)
+        at = [i for i, c in enumerate(term) if c == letter]
+        sizes = {dims[i] for i in at}
+        if None in sizes or len(sizes) != 1:
+            em.refuse(f"equation {attribute_value(em.node, 'equation')!r} takes a diagonal over the letter "
+                      f"{letter!r}, which needs its size static and the same on each axis (found "
+                      f"{', '.join('?' if d is None else str(d) for d in (dims[i] for i in at))}); {ADD_SHAPES}")
+        n = int(dims[at[0]] or 0)
+        rest = [i for i in range(len(term)) if i not in at]
+        if rest + at != list(range(len(term))):
+            x = em.op("Transpose", [x], perm=rest + at)
+        shape = np.array([0] * len(rest) + [n ** len(at)], dtype=np.int64)
+        x = em.op("Reshape", [x, em.const(shape, "shape")])
+        stride = sum(n ** j for j in range(len(at)))
+        x = em.op("Gather", [x, em.const(np.arange(n, dtype=np.int64) * stride, "diagonal")], axis=len(rest))
+        term = "".join(term[i] for i in rest) + letter
+        dims = [dims[i] for i in rest] + [n]
+    return x, term
+
+
+class EinsumDiagonalForm(Rule):
+    """``Einsum`` with a letter repeated within an operand (``ii->``, ``bii->bi``) → diagonal by Gather, then Einsum.
+
+    The diagonal is taken by ``Transpose`` + ``Reshape`` + ``Gather`` (exact), then ``Einsum`` over it with that
+    letter once. The second Einsum adds the same values as the first (the diagonal's, in the operands' order),
+    so the form is exact; where nothing is left to contract (``ii->i``), an ``Identity`` or ``Transpose``. The repeated
+    letter's size must be static (else refused). For runtimes that fail on Einsum diagonals (OpenVINO 2023.0
+    and 2024.0: "Unsupported operation of type: Einsum", measured).
+    """
+
+    name = "einsum-diagonal"
+    op_types = ("Einsum",)
+    versions = (12,)
+    decomposition = "einsum-diagonal"
+
+    def rewrite(self, em: Emitter) -> None:
+        """Emit the diagonals, then the Einsum (or Identity/Transpose) over them, for ``em.node``."""
+        node = em.node
+        equation = str(attribute_value(node, "equation"))
+        try:
+            parsed = parse_equation(equation, [em.rank(i) for i in node.input], diagonal=True)
+        except ValueError as e:
+            em.refuse(f"equation {equation!r} is not handled: {e}")
+        taken = [_take_diagonal(em, x, term) for x, term in zip(node.input, parsed.terms, strict=True)]
+        (x, term), out = taken[0], parsed.output
+        if len(taken) == 1 and sorted(term) == sorted(out):
+            _finish(em, _transpose(em, x, term, out))
+            return
+        copy = em.copy_node()
+        del copy.attribute[:], copy.input[:]
+        copy.attribute.append(onnx.helper.make_attribute("equation", ",".join(t for _, t in taken) + "->" + out))
+        copy.input.extend(x for x, _ in taken)

@@ -275,6 +275,9 @@ class Rule(abc.ABC):
     versions: ClassVar[tuple[int, ...]]
     #: Set for rules that only act when their name is in ``decompose``.
     decomposition: ClassVar[str | None] = None
+    #: Whether its float arithmetic may round differently from the op's kernel (then judged by the
+    #: expansion's ulp budget, like a function body), else exact by construction.
+    budgeted: ClassVar[bool] = False
 
     #: Pairs (source since-version, target since-version) where the node means the same with the
     #: same attributes: it stays as it is (only the opset import changes), which is no rewrite.

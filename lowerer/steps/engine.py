@@ -92,7 +92,8 @@ class StepEngine:
         constants: constant values of the model's values.
         request: the decompositions and expansions the caller asked for.
         used: whether a value is read anywhere (for outputs a step removes).
-        picker: picks a backend form per node of ``picked_ops`` once it is at the target (``--for``).
+        picker: picks a backend form per node of ``picked_ops`` once it is at the target, or where the target
+            lacks the op (OpenVINO 2023.0's Gelu-20 at opset 17: its form instead of its body) (``--for``).
         picked_ops: the ops ``picker`` is asked about.
     """
 
@@ -331,7 +332,7 @@ class StepEngine:
             raise ConversionError(f"node {node_label(node)} ({op}, in {scope.path}): default-domain opset {at} "
                                   f"has no op {op!r}", node=node, scope=scope.path)
         pick = None
-        if op in self.picked_ops and depth <= _MAX_PICK_DEPTH and since_version(op, target) == sv:
+        if op in self.picked_ops and depth <= _MAX_PICK_DEPTH and since_version(op, target) in (sv, None):
             assert self.picker is not None
             pick = self.picker(node, scope, sv, facts)
         resolution = self.registry.resolve(op, sv, target, self.request, pick.form if pick else None)
@@ -491,7 +492,8 @@ class StepEngine:
         em = Emitter(node, scope, sv, target, self.names, facts, self.request.decompose)
         rule.rewrite(em)
         conversion.constants.extend(em.constants)
-        conversion.crossings.append(Crossing(kind, rule.name, node.op_type, sv, None, target, why))
+        conversion.crossings.append(Crossing(kind, rule.name, node.op_type, sv, None, target, why,
+                                             budgeted=rule.budgeted))
         return em.nodes
 
     def _missing(self, node: onnx.NodeProto, scope: Scope, sv: int, target: int) -> ConversionError:
