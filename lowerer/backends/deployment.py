@@ -183,21 +183,14 @@ def _has_external_data(model: onnx.ModelProto) -> bool:
 def _run_check(original: onnx.ModelProto | None, converted: onnx.ModelProto, profile: Profile, witness: Witness,
                seed: int, data_dir: Path | None, steering: ModelCheckOptions | None = None,
                departures: frozenset[str] = frozenset()) -> Deployment:
-    reference_model, reference = (original, "the original") if original is not None else (converted, "the converted")
-    sets = _input_sets(reference_model, converted, seed, steering)
+    sets = _input_sets(original if original is not None else converted, converted, seed, steering)
     if isinstance(sets, str):
         return Deployment("not-run", f"{witness.label} was not run: {sets}", witness.label)
-    maker = SessionMaker([CPU])
-    expected = _run_reference(maker, reference_model, sets, data_dir)
-    if isinstance(expected, str) and original is not None:
-        reference_model, reference = converted, "the converted"
-        expected = _run_reference(maker, converted, sets, data_dir)
+    expected, reference = _reference_outputs(original, converted, sets, data_dir)
     if isinstance(expected, str):
         return Deployment("not-run", f"{witness.label} was not run: onnxruntime cannot run the model: {expected}",
                           witness.label)
-    import onnxruntime
-
-    ref_label = f"onnxruntime {onnxruntime.__version__} CPU on {reference} model"
+    ref_label = f"onnxruntime {_ort_version()} CPU on {reference} model"
     labels = [s.label for s in sets]
     shared = original is not None and reference == "the original" and _judges_changes(witness)
     try:
@@ -250,6 +243,23 @@ def _run_check(original: onnx.ModelProto | None, converted: onnx.ModelProto, pro
     where = f"; the first node that departs there: {departs}" if departs else ""
     reason = f"the converted model computes otherwise on {witness.label}{placed}: {differs}{where}"
     return Deployment("different", reason, witness.label, ref_label, stats, labels, departs, ran.placement)
+
+
+def _reference_outputs(original: onnx.ModelProto | None, converted: onnx.ModelProto, sets: list[FeedSet],
+                       data_dir: Path | None) -> tuple[list[list[np.ndarray]] | str, str]:
+    """The outputs of onnxruntime's CPU on ``sets`` and whose (the original, else the converted), or why none."""
+    maker = SessionMaker([CPU])
+    if original is not None:
+        expected = _run_reference(maker, original, sets, data_dir)
+        if not isinstance(expected, str):
+            return expected, "the original"
+    return _run_reference(maker, converted, sets, data_dir), "the converted"
+
+
+def _ort_version() -> str:
+    import onnxruntime
+
+    return str(onnxruntime.__version__)
 
 
 def _judges_changes(witness: Witness) -> bool:
