@@ -19,6 +19,7 @@ from typing import Any, ClassVar
 import numpy as np
 import onnx
 import pytest
+from onnx import TensorProto, helper
 
 import lowerer
 from lowerer.backends.probe_models import EXPANSIONS, base_probes
@@ -97,7 +98,9 @@ def test_witness_loads_at_each_input_sets_shapes(monkeypatch: pytest.MonkeyPatch
     spec.loader.exec_module(module)
     _Toolkit.calls = []
     path = tmp_path / "m.onnx"
-    path.write_bytes(b"")
+    onnx.save(helper.make_model(helper.make_graph([helper.make_node("Relu", ["x"], ["y"])], "g", [
+        helper.make_tensor_value_info("x", TensorProto.FLOAT, ["batch", 3])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["batch", 3])])), str(path))
     one, two = {"x": np.zeros((1, 3), np.float32)}, {"x": np.ones((2, 3), np.float32)}
     prepared = module.prepare(module.load(str(path), ""), None, one, "")
     assert module.infer(prepared, one, None, ["x"])[0].shape == (1, 3)

@@ -5,9 +5,10 @@ by default). The toolkit builds a graph of fixed input shapes (a dim named, not 
 "The input shape ['batch', 3, 64, 64] of 'x' is not support!"), so the model is loaded for the input
 set's shapes, as its users load one: ``load_onnx(model, inputs=..., input_size_list=...)`` (RKNN.load_onnx's
 docstring in rknn-toolkit2 2.5.0: 'input_size_list: Set each input tensor size list'); an input set of
-other shapes is run on a build for those. rknn-toolkit2 raises ``ValueError`` holding a whole traceback:
-its last ``Error:`` line is the cause. Loaded by path in the witness worker: imports only the standard
-library, numpy and rknn.
+other shapes is run on a build for those (a model whose dims are all numbers is loaded as it is: naming
+the inputs makes the toolkit refuse one that only a subgraph reads). rknn-toolkit2 raises ``ValueError``
+holding a whole traceback: its last ``Error:`` line is the cause. Loaded by path in the witness worker:
+imports only the standard library, numpy, rknn and onnx (which rknn-toolkit2 requires).
 """
 
 from __future__ import annotations
@@ -47,7 +48,7 @@ def _build(model: str, shapes: dict[str, list[int]]) -> Any:
     rknn = importlib.import_module("rknn.api").RKNN(verbose=False)
     try:
         rknn.config(target_platform=os.environ.get("LOWERER_RKNN_PLATFORM", "rk3588"))
-        sizes = {"inputs": list(shapes), "input_size_list": list(shapes.values())} if shapes else {}
+        sizes = {"inputs": list(shapes), "input_size_list": list(shapes.values())} if _named_dims(model) else {}
         if rknn.load_onnx(model=model, **sizes) != 0:
             raise RuntimeError("rknn-toolkit2's load_onnx returned an error (see its log)")
         if rknn.build(do_quantization=False) != 0:
@@ -58,6 +59,14 @@ def _build(model: str, shapes: dict[str, list[int]]) -> Any:
         rknn.release()
         raise _cause(e) from None
     return rknn
+
+
+def _named_dims(model: str) -> bool:
+    """Whether an input of ``model`` has a dim that is not a number (onnx: a dependency of the toolkit)."""
+    graph = importlib.import_module("onnx").load(model, load_external_data=False).graph
+    given = {t.name for t in graph.initializer}
+    return any(not d.HasField("dim_value") for i in graph.input if i.name not in given
+               for d in i.type.tensor_type.shape.dim)
 
 
 def _shapes(feeds: dict[str, Any]) -> dict[str, list[int]]:
