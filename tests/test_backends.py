@@ -306,8 +306,8 @@ def _no_form_model() -> onnx.ModelProto:
 
 
 def test_no_exact_form_is_refused() -> None:
-    with pytest.raises(ConversionError, match=r"node 'argmin' \(ArgMin-13, in graph\): coreml cannot run it .*no exact "
-                                              r"form.*--allow-fallback"):
+    with pytest.raises(ConversionError, match=r"node 'argmin' \(ArgMin-13, in graph\): coreml cannot run it: "
+                                              r".*no exact form.*--allow-fallback"):
         lowerer.convert(_no_form_model(), for_backend="coreml")
 
 

@@ -42,7 +42,7 @@ def refusal(finding: Finding, profile: Profile, reason: str, more: list[Finding]
     if more:
         shown = ", ".join(f.label() for f in more[:3])
         others = f"; also {len(more)} more node(s): {shown}{' ...' if len(more) > 3 else ''}"
-    return (f"node {finding.label()}: {profile.spec} cannot run it ({finding.entry.why}; source: "
+    return (f"node {finding.label()}: {profile.spec} cannot run it: {finding.entry.why} (source: "
             f"{finding.entry.source}), and {reason}{others}; {remedy}")
 
 

@@ -312,7 +312,34 @@ def _forms() -> list[Probe]:
         _consts(sp=np.array([2, 0, 2], np.int64)))
     p.extend(_hardswish_bodies())
     p.extend(_control_flow(x))
+    p.extend(_toolkit_forms(x))
     return p
+
+
+def _toolkit_forms(x: np.ndarray) -> list[Probe]:
+    """Forms a whole model holds that a build may refuse: coerced axes sharing a tensor, NMS, cubic Resize."""
+    n = helper.make_node
+    shared = make_model([n("Softmax", ["x"], ["s"], axis=1), n("Hardmax", ["x"], ["h"], axis=1),
+                         n("Add", ["s", "h"], ["y"])], [("x", _F, x.shape)], [("y", _F)], 11)
+    probes = [Probe("Softmax-Hardmax-11-shared-axis1", "forms", "Softmax-11 and Hardmax-11 on axis 1 (coerced to "
+                    "2-D) reading one tensor", shared, {"x": x})]
+    boxes = np.array([[[0, 0, 1, 1], [0, 0.1, 1, 1.1], [0, 0.9, 1, 1.9], [0, 3, 1, 4], [0, 3.05, 1, 4.05],
+                       [0, 6, 1, 7]]], np.float32)
+    scores = np.array([[[0.9, 0.75, 0.6, 0.95, 0.5, 0.3]]], np.float32)
+    nms = make_model([n("NonMaxSuppression", ["b", "s", "m", "iou"], ["y"])],
+                     [("b", _F, boxes.shape), ("s", _F, scores.shape)], [("y", _I64)], 11,
+                     _consts(m=np.array([3], np.int64), iou=np.array([0.3], np.float32)))
+    probes.append(Probe("NonMaxSuppression-11-inputs", "forms", "NonMaxSuppression on boxes and scores given at run "
+                        "time", nms, {"b": boxes, "s": scores}))
+    image = np.linspace(-1, 1, 2 * 3 * 5 * 5, dtype=np.float32).reshape(2, 3, 5, 5)
+    for opset, mode, where in ((19, "cubic", "half_pixel"), (13, "cubic", "align_corners"),
+                               (19, "linear", "half_pixel")):
+        resize = make_model([n("Resize", ["x", "", "sc"], ["y"], mode=mode, coordinate_transformation_mode=where)],
+                            [("x", _F, image.shape)], [("y", _F)], opset,
+                            _consts(sc=np.array([1, 1, 2, 2], np.float32)))
+        probes.append(Probe(f"Resize-{opset}-{mode}-{where}", "forms", f"Resize x2, mode {mode}, {where}", resize,
+                            {"x": image}))
+    return probes
 
 
 def _hardswish_bodies() -> list[Probe]:
@@ -414,16 +441,19 @@ def _layernorm() -> tuple[onnx.ModelProto, dict[str, np.ndarray]]:
     return make_model([node], [("x", _F, x.shape)], [("y", _F)], 17, inits), {"x": x}
 
 
-def _attention() -> tuple[onnx.ModelProto, dict[str, np.ndarray]]:
+def _attention(q_heads: int = 2, causal: int = 1) -> tuple[onnx.ModelProto, dict[str, np.ndarray]]:
+    """Attention-23, 2 key/value heads and ``q_heads`` query heads (4: grouped-query attention)."""
     rng = np.random.default_rng(9)
-    q, k, v = (rng.standard_normal((1, 2, 4, 8)).astype(np.float32) for _ in range(3))
-    node = helper.make_node("Attention", ["q", "k", "v"], ["y"], is_causal=1)
-    inputs = [(name, _F, (1, 2, 4, 8)) for name in ("q", "k", "v")]
-    return make_model([node], inputs, [("y", _F)], 23), {"q": q, "k": k, "v": v}
+    shapes = {"q": (1, q_heads, 4, 8), "k": (1, 2, 4, 8), "v": (1, 2, 4, 8)}
+    feeds = {name: rng.standard_normal(shape).astype(np.float32) for name, shape in shapes.items()}
+    node = helper.make_node("Attention", ["q", "k", "v"], ["y"], is_causal=causal)
+    inputs = [(name, _F, shape) for name, shape in shapes.items()]
+    return make_model([node], inputs, [("y", _F)], 23), feeds
 
 
 EXPANSIONS.update({"Gelu-20-none": lambda: _gelu("none"), "Gelu-20-tanh": lambda: _gelu("tanh"),
-                   "RMSNormalization-23": _rms, "LayerNormalization-17": _layernorm, "Attention-23": _attention})
+                   "RMSNormalization-23": _rms, "LayerNormalization-17": _layernorm, "Attention-23": _attention,
+                   "Attention-23-gqa": lambda: _attention(4, 0)})
 
 
 def _scatter_elements() -> tuple[onnx.ModelProto, dict[str, np.ndarray]]:
