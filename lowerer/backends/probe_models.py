@@ -251,6 +251,20 @@ def _consts(**arrays: np.ndarray) -> list[onnx.TensorProto]:
     return [numpy_helper.from_array(v, k) for k, v in arrays.items()]
 
 
+def _filled_and_split(add: Callable[..., None]) -> None:
+    """ConstantOfShape with and without ``value``, and a Split with an empty part (plain forms every runtime reads)."""
+    n = helper.make_node
+    add("ConstantOfShape-9", "ConstantOfShape from Shape, value 2",
+        [n("Shape", ["x"], ["s"]), n("ConstantOfShape", ["s"], ["c"],
+                                     value=numpy_helper.from_array(np.array([2.0], np.float32))),
+         n("Mul", ["x", "c"], ["y"])], 13, [])
+    add("ConstantOfShape-9-no-value", "ConstantOfShape without value (ONNX's default: float32 0)",
+        [n("Shape", ["x"], ["s"]), n("ConstantOfShape", ["s"], ["c"]), n("Add", ["x", "c"], ["y"])], 13, [])
+    add("Split-13-empty-part", "Split into 2, 0 and 2 along the last axis, the parts concatenated back",
+        [n("Split", ["x", "sp"], ["a", "b", "c"], axis=2), n("Concat", ["c", "b", "a"], ["y"], axis=2)], 13,
+        _consts(sp=np.array([2, 0, 2], np.int64)))
+
+
 def _forms() -> list[Probe]:
     """The ops lowerer's rewrites write (one-hot, iota, reshapes, control flow)."""
     x = ties((2, 3, 4), 5)
@@ -301,15 +315,7 @@ def _forms() -> list[Probe]:
         feeds={})
     add("Expand-13", "Expand [3,1] to [2,3,4]", [n("Expand", ["c", "s"], ["e"]), n("Add", ["x", "e"], ["y"])], 13,
         _consts(c=np.array([[1.0], [2.0], [3.0]], np.float32), s=np.array([2, 3, 4], np.int64)))
-    add("ConstantOfShape-9", "ConstantOfShape from Shape, value 2",
-        [n("Shape", ["x"], ["s"]), n("ConstantOfShape", ["s"], ["c"],
-                                     value=numpy_helper.from_array(np.array([2.0], np.float32))),
-         n("Mul", ["x", "c"], ["y"])], 13, [])
-    add("ConstantOfShape-9-no-value", "ConstantOfShape without value (ONNX's default: float32 0)",
-        [n("Shape", ["x"], ["s"]), n("ConstantOfShape", ["s"], ["c"]), n("Add", ["x", "c"], ["y"])], 13, [])
-    add("Split-13-empty-part", "Split into 2, 0 and 2 along the last axis, the parts concatenated back",
-        [n("Split", ["x", "sp"], ["a", "b", "c"], axis=2), n("Concat", ["c", "b", "a"], ["y"], axis=2)], 13,
-        _consts(sp=np.array([2, 0, 2], np.int64)))
+    _filled_and_split(add)
     p.extend(_hardswish_bodies())
     p.extend(_control_flow(x))
     p.extend(_toolkit_forms(x))
