@@ -140,3 +140,27 @@ def test_onnxruntime_openvino_compile_failures_expanded_or_refused_in_one_line()
     with pytest.raises(ConversionError) as e:
         lowerer.convert(scatter, for_backend="openvino==2025.4", verify=False)
     assert "\n" not in str(e.value) and "'sc' (ScatterND-18" in str(e.value) and "no option makes" in str(e.value)
+
+
+def test_gelu_tanh_without_pow_for_ncnn_within_its_budget() -> None:
+    """ncnn's Pow is wrong on negative bases (exponent 3): Gelu-20 tanh is written with x * x * x there."""
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [4, 64])
+    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, [4, 64])
+    graph = helper.make_graph([helper.make_node("Gelu", ["x"], ["y"], name="g", approximate="tanh")], "g", [x], [y])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 20)], ir_version=9)
+    result = lowerer.convert(model, for_backend="ncnn")
+    ops = [n.op_type for n in result.model.graph.node]
+    assert "Pow" not in ops and "Tanh" in ops, ops
+    assert [(r.rule, r.status) for r in result.report.rewrites] == [("gelu-tanh-cube", "verified")]
+    feeds = {"x": np.linspace(-6, 6, 256, dtype=np.float32).reshape(4, 64)}
+    want, got = _run(model, feeds), _run(result.model, feeds)
+    assert np.abs(want - got).max() <= 1e-6 * np.abs(want).max()
+    none = lowerer.convert(_gelu_model("none"), for_backend="ncnn").model
+    assert "Erf" in [n.op_type for n in none.graph.node]  # approximate='none': its body (no Pow there)
+
+
+def _gelu_model(approximate: str) -> onnx.ModelProto:
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 3])
+    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, 3])
+    graph = helper.make_graph([helper.make_node("Gelu", ["x"], ["y"], approximate=approximate)], "g", [x], [y])
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 20)], ir_version=9)

@@ -15,7 +15,9 @@ expansion they are the forms of :data:`lowerer.backends.profile.REWRITES`:
   Reshape's shape, Slice's parameters, ReduceMax's axes, OneHot's depth) written as initializers
   where :mod:`lowerer.facts.constants` proves their value (a shape computed from static dims ...);
 * :class:`IsNaNEqualForm` (``isnan-equal``): IsNaN as ``Not(Equal(x, x))``;
-* :class:`GeluMulForm` (``gelu-mul``): Gelu-20 (``approximate="none"``) as ``0.5 x (1 + Erf(x * (1/sqrt 2)))``.
+* :class:`GeluMulForm` (``gelu-mul``): Gelu-20 (``approximate="none"``) as ``0.5 x (1 + Erf(x * (1/sqrt 2)))``;
+* :class:`GeluTanhCubeForm` (``gelu-tanh-cube``): Gelu-20 (``approximate="tanh"``) as its function body with
+  ``x * x * x`` for ``Pow(x, 3)``.
 """
 
 from __future__ import annotations
@@ -30,7 +32,8 @@ from lowerer.rules.argmax import ArgExtremumRule
 from lowerer.rules.hardmax import CoercedAxisRule, read_axis_meaning
 from lowerer.steps.emitter import Emitter, Rule, normalize_axis
 
-__all__ = ["ConstantInputsForm", "GeluMulForm", "IsNaNEqualForm", "LastAxisForm", "SelectLastIndexForm"]
+__all__ = ["ConstantInputsForm", "GeluMulForm", "GeluTanhCubeForm", "IsNaNEqualForm", "LastAxisForm",
+           "SelectLastIndexForm"]
 
 
 class SelectLastIndexForm(ArgExtremumRule):
@@ -241,6 +244,44 @@ class GeluMulForm(Rule):
         half = em.op("Mul", [x, em.const(np.array(0.5, dtype), "half")])
         em.op("Mul", [half, phi], list(node.output))
 
+
+class GeluTanhCubeForm(Rule):
+    """``Gelu-20`` with ``approximate="tanh"`` → its function body with ``Mul(Mul(x, x), x)`` for ``Pow(x, 3)``.
+
+    ``0.5 x (1 + Tanh(sqrt(2/pi) (x + 0.044715 x^3)))``, the body's order of operations, the cube multiplied
+    out: ncnn computes ``Pow`` with an exponent other than 2 as ``exp(e log x)``, wrong on every negative
+    base (measured). Two roundings of the cube against one of ``Pow``: budgeted (judged by the expansion's
+    ulp budget). Types: those of Tanh and Mul at the target (float16, float, double).
+    """
+
+    name = "gelu-tanh-cube"
+    op_types = ("Gelu",)
+    versions = (20,)
+    decomposition = "gelu-tanh-cube"
+    budgeted = True
+
+    def rewrite(self, em: Emitter) -> None:
+        """Emit the body of ``em.node`` with the cube as two products."""
+        node = em.node
+        x = node.input[0]
+        approximate = attribute_value(node, "approximate")
+        if approximate not in ("tanh", b"tanh"):
+            em.refuse(f"the gelu-tanh-cube form writes approximate='tanh' only (the node has {approximate!r})")
+        elem = em.elem_type(x)
+        if elem not in _TANH_TYPES:
+            shown = "unknown" if elem is None else onnx.TensorProto.DataType.Name(elem)
+            em.refuse(f"the gelu-tanh-cube form needs Tanh on the input's type ({shown}): float16, float, double")
+        dtype = onnx.helper.tensor_dtype_to_np_dtype(elem)
+        root = em.op("Sqrt", [em.const(np.array(2 / np.pi, dtype), "two_over_pi")])
+        cubed = em.op("Mul", [em.op("Mul", [x, x]), x])
+        inner = em.op("Sum", [x, em.op("Mul", [em.const(np.array(0.044715, dtype), "c0"), cubed])])
+        phi = em.op("Sum", [em.const(np.array(1, dtype), "one"), em.op("Tanh", [em.op("Mul", [root, inner])])])
+        half = em.op("Mul", [em.const(np.array(0.5, dtype), "half"), x])
+        em.op("Mul", [half, phi], list(node.output))
+
+
+#: The element types Tanh takes (through opset 23).
+_TANH_TYPES = frozenset({onnx.TensorProto.FLOAT16, onnx.TensorProto.FLOAT, onnx.TensorProto.DOUBLE})
 
 #: The element types Erf takes (bfloat16 from opset 13).
 _ERF_TYPES = frozenset({onnx.TensorProto.FLOAT16, onnx.TensorProto.FLOAT, onnx.TensorProto.DOUBLE,
