@@ -107,11 +107,12 @@ def _source(model: onnx.ModelProto) -> int | None:
 
 def test_stamps_agree_with_fresh_emission_on_the_node_cases(checks: _Checks) -> None:
     converted = 0
-    for _, model in _node_cases():
+    for k, (_, model) in enumerate(_node_cases()):
         source = _source(model)
         if source is None:
             continue
-        targets = sorted({t for t in (source - 1, 11, 13, 18) if t >= 7 and t != source})
+        # One opset down, and one of 11, 13 and 18 in turn (each reached by a third of the cases: the suite's time).
+        targets = sorted({t for t in (source - 1, (11, 13, 18)[k % 3]) if t >= 7 and t != source})
         try:
             doubled = _doubled(model)
             onnx.checker.check_model(doubled)
