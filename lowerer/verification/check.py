@@ -243,11 +243,7 @@ class RewriteVerifier:
         if not listed or reference.supports([canon.original], rewrite.from_opset) is not None or \
                 reference.supports(canon.replacement, rewrite.to_opset) is not None:
             return verified
-        self._both_by_spec = True
-        try:
-            by_spec = self._check_types(rewrite, canon, specs, elems, combos, self._cpu_sessions(), by_spec=True)
-        finally:
-            self._both_by_spec = False
+        by_spec = self._both_sides_by_spec(rewrite, canon, specs, elems, combos)
         if by_spec.status != "failed":
             verified.details["versions_by_spec"] = f"{by_spec.status}: {by_spec.reason}"
             return verified
@@ -271,14 +267,19 @@ class RewriteVerifier:
         listed = blame.replacement_departure(canon.replacement, rewrite.to_opset, CPU, feeds)
         if listed is None:
             return None
-        self._both_by_spec = True
-        try:
-            by_spec = self._check_types(rewrite, canon, specs, elems, combos, self._cpu_sessions(), by_spec=True)
-        finally:
-            self._both_by_spec = False
+        by_spec = self._both_sides_by_spec(rewrite, canon, specs, elems, combos)
         if by_spec.status != "verified":
             return None
         return blame.kernel_departs_from_spec(rewrite, failed, by_spec, listed, side="replacement")
+
+    def _both_sides_by_spec(self, rewrite: Rewrite, canon: _Canon, specs: list[Spec], elems: list[int],
+                            combos: list[tuple[tuple[int, ...], ...]]) -> CheckResult:
+        """The same input sets run once more with the original and the replacement judged by lowerer's reference."""
+        self._both_by_spec = True
+        try:
+            return self._check_types(rewrite, canon, specs, elems, combos, self._cpu_sessions(), by_spec=True)
+        finally:
+            self._both_by_spec = False
 
     def _cpu_sessions(self) -> SessionMaker:
         if self._cpu is None:
