@@ -121,6 +121,15 @@ def _forms() -> list[Mutant]:
         Mutant("argmax-flip-not-mapped-back", "form", form("argmax-flip", change_const(np.sort)),
                lambda: one_node("ArgMax", 13, {"axis": 1, "select_last_index": 1}, [3, 5]), 13,
                {"for_backend": "coreml"}, area="backend_forms"),
+        Mutant("gelu-mul-constant-nudged", "form", form("gelu-mul", change_const(lambda v: v * 1.001)),
+               lambda: one_node("Gelu", 20, {"approximate": "none"}, [4, 16]), 17,
+               {"for_backend": "openvino==2023.0"}, area="backend_forms"),
+        Mutant("gelu-tanh-cube-c0-nudged", "form", form("gelu-tanh-cube", change_const(lambda v: v * 1.01, which=1)),
+               lambda: one_node("Gelu", 20, {"approximate": "tanh"}, [4, 16]), 17, {"for_backend": "ncnn"},
+               area="backend_forms"),
+        Mutant("einsum-diagonal-off-diagonal", "form", form("einsum-diagonal", change_const(lambda v: v[::-1],
+                                                                                           which=-1)),
+               lambda: one_node("Einsum", 12, {"equation": "ii->i"}, [4, 4]), 12, OV_OLD, area="backend_forms"),
     ]
 
 
