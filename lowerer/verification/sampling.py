@@ -18,7 +18,7 @@ where a boundary written off by one (``h >= -1`` for ``h > -1``) changes the res
   made of +inf, -inf and NaN; then grid points whose coordinate on one axis unnormalizes (in the grid's
   type, as the kernel computes) exactly to ``±2**62`` or to the next value beyond it
   (:data:`COORDINATE_LIMIT`: onnxruntime samples a coordinate beyond it at the axis' lowest one, so a
-  limit written inclusive (``<=`` for ``<``) reads another pixel there), over an image without zeros.
+  limit written inclusive (``<=`` for ``<``) reads another pixel there), over an image of distinct values.
 
 Inputs not given (weights, bias, mask) are generated as ``normal``.
 """
@@ -139,6 +139,12 @@ def _limit_grid(grid: np.ndarray, sizes: tuple[int, int], align_corners: bool) -
     return limited
 
 
+def _distinct(shape: tuple[int, ...], dtype: np.dtype[Any]) -> np.ndarray:
+    """An image of 1, 2, ... 250 in turn (exact in every float type): reading another pixel shows, whatever the seed."""
+    values = np.arange(int(np.prod(shape, dtype=np.int64)), dtype=np.int64) % 250 + 1
+    return values.reshape(shape).astype(np.float64).astype(dtype)
+
+
 def _grid_sample(node: onnx.NodeProto, dtype: np.dtype[Any], shapes: Sequence[tuple[int, ...]],
                  rng: np.random.Generator) -> list[Constructed]:
     x_shape, g_shape = shapes[0], shapes[1]
@@ -162,8 +168,7 @@ def _grid_sample(node: onnx.NodeProto, dtype: np.dtype[Any], shapes: Sequence[tu
              "grid points exactly on integer pixels, -0.5, 0, size - 1, size - 0.5 and outside"),
             ("sampling-edges", {0: edged.astype(dtype), 1: grid},
              "grid points exactly on integer and border pixels next to ±inf and NaN pixels"),
-            ("sampling-edges", {0: np.where(image == 0, 1.0, image).astype(dtype),
-                                1: _limit_grid(grid, (width, height), align)},
+            ("sampling-edges", {0: _distinct(x_shape, dtype), 1: _limit_grid(grid, (width, height), align)},
              "grid coordinates on ±2**62 and just beyond, where onnxruntime samples at the lowest coordinate")]
 
 
