@@ -22,6 +22,8 @@ expansion they are the forms of :data:`lowerer.backends.profile.REWRITES`:
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 import onnx
 
@@ -228,17 +230,10 @@ class GeluMulForm(Rule):
 
     def rewrite(self, em: Emitter) -> None:
         """Emit the Mul form of ``em.node`` (the tanh approximation as its function body)."""
-        node = em.node
-        x = node.input[0]
-        approximate = attribute_value(node, "approximate")
-        if approximate not in (None, "none", b"none"):
-            em.refuse(f"the gelu-mul form writes approximate='none' only (the node has {approximate!r})")
-        elem = em.elem_type(x)
-        if elem not in _ERF_TYPES or (elem == onnx.TensorProto.BFLOAT16 and em.target < 13):
-            shown = "unknown" if elem is None else onnx.TensorProto.DataType.Name(elem)
-            em.refuse(f"the gelu-mul form needs Erf on the input's type ({shown}): float16, float, double, "
-                      "and bfloat16 from opset 13")
-        dtype = onnx.helper.tensor_dtype_to_np_dtype(elem)
+        node, x = em.node, em.node.input[0]
+        erf_types = _ERF_TYPES if em.target >= 13 else _ERF_TYPES - {onnx.TensorProto.BFLOAT16}
+        dtype = _gelu_input(em, self.name, "none", erf_types, "Erf", "float16, float, double, and bfloat16 from "
+                                                                   "opset 13")
         scaled = em.op("Mul", [x, em.const(np.array(1 / np.sqrt(2), dtype), "rsqrt2")])
         phi = em.op("Add", [em.op("Erf", [scaled]), em.const(np.array(1, dtype), "one")])
         half = em.op("Mul", [x, em.const(np.array(0.5, dtype), "half")])
@@ -262,22 +257,26 @@ class GeluTanhCubeForm(Rule):
 
     def rewrite(self, em: Emitter) -> None:
         """Emit the body of ``em.node`` with the cube as two products."""
-        node = em.node
-        x = node.input[0]
-        approximate = attribute_value(node, "approximate")
-        if approximate not in ("tanh", b"tanh"):
-            em.refuse(f"the gelu-tanh-cube form writes approximate='tanh' only (the node has {approximate!r})")
-        elem = em.elem_type(x)
-        if elem not in _TANH_TYPES:
-            shown = "unknown" if elem is None else onnx.TensorProto.DataType.Name(elem)
-            em.refuse(f"the gelu-tanh-cube form needs Tanh on the input's type ({shown}): float16, float, double")
-        dtype = onnx.helper.tensor_dtype_to_np_dtype(elem)
+        node, x = em.node, em.node.input[0]
+        dtype = _gelu_input(em, self.name, "tanh", _TANH_TYPES, "Tanh", "float16, float, double")
         root = em.op("Sqrt", [em.const(np.array(2 / np.pi, dtype), "two_over_pi")])
         cubed = em.op("Mul", [em.op("Mul", [x, x]), x])
         inner = em.op("Sum", [x, em.op("Mul", [em.const(np.array(0.044715, dtype), "c0"), cubed])])
         phi = em.op("Sum", [em.const(np.array(1, dtype), "one"), em.op("Tanh", [em.op("Mul", [root, inner])])])
         half = em.op("Mul", [em.const(np.array(0.5, dtype), "half"), x])
         em.op("Mul", [half, phi], list(node.output))
+
+
+def _gelu_input(em: Emitter, form: str, approximate: str, types: frozenset[int], op: str, said: str) -> np.dtype[Any]:
+    """The numpy type of a Gelu node's input, refusing another ``approximate`` or a type ``op`` does not take."""
+    found = attribute_value(em.node, "approximate")
+    if (found.decode() if isinstance(found, bytes) else found or "none") != approximate:
+        em.refuse(f"the {form} form writes approximate={approximate!r} only (the node has {found!r})")
+    elem = em.elem_type(em.node.input[0])
+    if elem not in types:
+        shown = "unknown" if elem is None else onnx.TensorProto.DataType.Name(elem)
+        em.refuse(f"the {form} form needs {op} on the input's type ({shown}): {said}")
+    return np.dtype(onnx.helper.tensor_dtype_to_np_dtype(elem))
 
 
 #: The element types Tanh takes (through opset 23).
