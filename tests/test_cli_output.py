@@ -141,3 +141,17 @@ def test_a_closed_pipe_ends_the_run_quietly(tmp_path: Path) -> None:
     assert proc.stdout.splitlines()[0] == f"model: {src} (IR version 8)"
     assert proc.stdout.splitlines()[-1] == "status=141"
     assert proc.stderr == ""  # no "internal error", no traceback, no "Exception ignored"
+
+
+def test_onnxruntime_prints_nothing_of_its_own(tmp_path: Path) -> None:
+    """A run that fails inside a check prints none of onnxruntime's log lines on the user's stderr.
+
+    moe_routing's ScatterND takes its indices from the computation; the users'-session check runs the
+    converted model once on a generated input, where they fall out of range: onnxruntime raises (the check
+    says so in the report) and, at its ERROR log level, also printed two red lines of its own.
+    """
+    src = Path(__file__).resolve().parent / "fixtures" / "real" / "moe_routing.dynamo.opset20.onnx"
+    proc = subprocess.run([sys.executable, "-m", "lowerer", "convert", str(src), "-o", str(tmp_path / "o.onnx"),
+                           "--target-opset", "17"], capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    assert "onnxruntime:" not in proc.stderr and "\x1b[" not in proc.stderr, proc.stderr

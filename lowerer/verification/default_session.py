@@ -107,7 +107,9 @@ def open_as_users_do(model: onnx.ModelProto, data_dir: str | os.PathLike[str] | 
 
     def session(default: bool) -> Any:
         so = ort.SessionOptions() if default else quiet_session_options(ort)
-        so.log_severity_level = 3  # onnxruntime's log (a failed run's lines) kept quiet
+        # onnxruntime's log kept quiet: at 3 (ERROR) a failed run prints its kernel's lines on the user's stderr
+        # (a ScatterND of moe_routing on a generated index); the exception carries the same message
+        so.log_severity_level = 4
         so.intra_op_num_threads = so.inter_op_num_threads = 1  # see the module docstring: no optimizer reads them
         if folder is not None:  # external data: beside the model (an option that changes no optimization)
             so.add_session_config_entry(EXTERNAL_DATA_FOLDER, folder)
