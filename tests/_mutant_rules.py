@@ -93,8 +93,7 @@ def _forms() -> list[Mutant]:
     am = lambda **a: (lambda: one_node("ArgMax", 13, {"axis": 1, **a}, [3, 20]))  # noqa: E731
     return [
         Mutant("argmax-reduce-fill-n", "form", form("argmax-reduce", change_const(lambda v: v + 1, which=1)),
-               am(), 13, OV_OLD, area="reduce_forms", hides="NaN",
-               known_gap="NaN judged where defined (issue 36 item 3): only an all-NaN row shows the fill"),
+               am(), 13, OV_OLD, area="reduce_forms", hides="NaN"),
         Mutant("argmax-reduce-last-min", "form", form("argmax-reduce", swap_op("ReduceMax", "ReduceMin")),
                am(select_last_index=1), 13, OV_OLD, area="reduce_forms"),
         Mutant("argmax-reduce-keepdims", "form", form("argmax-reduce", set_attr("ReduceMin", "keepdims",
@@ -141,10 +140,9 @@ def _scatter_gather() -> list[Mutant]:
     return [
         Mutant("scatter-max-loop-ge", "adapter", adapter("ScatterElements", 18, 16, post=swap_op(
             "Greater", "GreaterOrEqual")), sc("ScatterElements", 18, "max", loop_in), 16, area="scatter",
-            hides="-0.0", known_gap="per-input kinds (issue 36 item 2): no -0.0 on data when indices are int"),
+            hides="-0.0"),
         Mutant("scatter-min-loop-not-ge", "adapter", adapter("ScatterElements", 18, 16, post=negate_as(
-            "Less", "GreaterOrEqual")), sc("ScatterElements", 18, "min", loop_in), 16, area="scatter", hides="NaN",
-            known_gap="per-input kinds (issue 36 item 2): no NaN on data when indices are int"),
+            "Less", "GreaterOrEqual")), sc("ScatterElements", 18, "min", loop_in), 16, area="scatter", hides="NaN"),
         Mutant("scatter-add-loop-mul", "adapter", adapter("ScatterElements", 16, 13, post=swap_op("Add", "Mul")),
                sc("ScatterElements", 16, "add", loop_in), 13, area="scatter", hides="body"),
         Mutant("scatternd-mul-const-add", "adapter", adapter("ScatterND", 16, 13, post=swap_op("Mul", "Add")),
@@ -226,7 +224,7 @@ def _lowerings() -> list[Mutant]:
         Mutant("deformconv-boundary-inclusive", "lowering", lowering("DeformConv", 19, swap_op(
             "Greater", "GreaterOrEqual")), lambda: one_node("DeformConv", 19, None, inputs=[
                 ("x", F, [1, 1, 4, 4]), ("w", F, [1, 1, 2, 2]), ("o", F, [1, 8, 3, 3])]), 18, area="deform_conv",
-            hides="offset on -1", known_gap="DeformConv/GridSample special inputs (issue 36 item 7)"),
+            hides="offset on -1"),
         Mutant("deformconv-offset-subtracted", "lowering", lowering("DeformConv", 19, swap_op("Add", "Sub")),
                lambda: one_node("DeformConv", 19, None, inputs=[
                    ("x", F, [1, 1, 4, 4]), ("w", F, [1, 1, 2, 2]), ("o", F, [1, 8, 3, 3])]), 18, area="deform_conv"),

@@ -9,7 +9,9 @@
   on a rank-5 input (a relabel whose replacement runs onnxruntime's GlobalMaxPool) converts and verifies;
 * the whole-model check (``--verify-model``, ``lowerer verify``) and the deployment check compare every output
   (a wrong second output is caught), the whole-model check on ±inf sets too (judged) and NaN sets (recorded),
-  and a listed departure met inside a model (GlobalMaxPool's all -inf plane) does not fail it.
+  and a listed departure met inside a model (GlobalMaxPool's all -inf plane) does not fail it;
+* the constructed sets reach the inputs they are built for where the model fixes an earlier input (a scatter's
+  constant indices): they address the op's inputs by position, the check generates only the inputs not fixed.
 """
 
 from __future__ import annotations
@@ -20,8 +22,8 @@ import numpy as np
 import onnx
 import onnxruntime as ort
 import pytest
-from _mutant_list import KeepsCoercedAxis
-from _mutants import one_node, replace_span
+from _mutant_list import MUTANTS, KeepsCoercedAxis
+from _mutants import one_node, replace_span, run
 from onnx import TensorProto, helper
 from test_fold_dequantize import qdq_path  # noqa: F401 (a fixture)
 
@@ -200,3 +202,30 @@ def test_a_listed_departure_inside_a_model_does_not_fail_the_whole_model_check()
     assert result.status == "equal", result.reason
     (said,) = result.details["departures"].values()
     assert "'GlobalMaxPool' (GlobalMaxPool) meets a listed departure" in said
+
+
+def test_constructed_sets_reach_a_scatters_updates_beside_constant_indices() -> None:
+    """ScatterElements-18 max -> 16 with constant indices: the signed-zero updates meet the data's -0.0.
+
+    The check generates the data and the updates (the indices are the model's); the constructed sets address
+    the op's inputs by position (updates third). They used to be given by the generated inputs' positions:
+    the "duplicates" set zeroed the updates and the signed zeros never reached them, so a max written
+    ``>=`` for ``>`` (which keeps a -0.0 the kernel replaces by an update's +0.0) passed on some seeds.
+    """
+    model = one_node("ScatterElements", 18, {"axis": 0, "reduction": "max"},
+                     inputs=[("x", F, [4, 3]), ("u", F, [2, 3])],
+                     consts={"i": np.array([[1, 0, 3], [2, 1, 0]], np.int64)}, order=["x", "i", "u"])
+    (rewrite,) = lowerer.convert(model, target_opset=16).report.rewrites
+    assert rewrite.status == "verified", rewrite.reason
+    sets = rewrite.details["input_sets"]
+    assert any(s.startswith("signed-zeros") for s in sets) and not any(s.startswith("duplicates") for s in sets)
+
+
+@pytest.mark.parametrize("name", ["scatter-max-ge", "gridsample-16-border-inclusive", "scatter-min-loop-not-ge"])
+def test_the_once_seed_dependent_mutants_die_on_every_seed(name: str) -> None:
+    """Each survived some of seeds 0-9: the scatter's signed zeros missed the updates (above); the GridSample
+    limit points' other coordinate fell outside the image at random (both readings then read the padding); a
+    scatter-min written ``Not(a >= b)`` met NaN on one side only by chance (now: data all NaN, then updates)."""
+    (mutant,) = [m for m in MUTANTS if m.name == name]
+    survived = [seed for seed in range(10) if not run(mutant, seed).killed]
+    assert not survived, f"{name} survives seeds {survived}"

@@ -126,7 +126,12 @@ def _at_limit(target: float, size: int, align_corners: bool, dtype: np.dtype[Any
 
 
 def _limit_grid(grid: np.ndarray, sizes: tuple[int, int], align_corners: bool) -> np.ndarray:
-    """``grid`` with one coordinate of each point unnormalizing to ``±2**62`` or just beyond (x, y in turn)."""
+    """``grid`` with one coordinate of each point unnormalizing to ``±2**62`` or just beyond (x, y in turn).
+
+    The point's other coordinate is put on pixel 0 of its axis: were it outside (the random grid's ``-1`` or
+    ``size``), the point would read the padding on both readings of the limit, and the set would show
+    nothing on that seed.
+    """
     dtype = grid.dtype
     limit = dtype.type(COORDINATE_LIMIT)
     beyond = np.nextafter(limit, dtype.type(np.inf))
@@ -135,6 +140,8 @@ def _limit_grid(grid: np.ndarray, sizes: tuple[int, int], align_corners: bool) -
         axis = j % 2
         if not (align_corners and sizes[axis] == 1):  # else every coordinate unnormalizes to 0
             out[j::4, axis] = _at_limit(float(target), sizes[axis], align_corners, dtype)
+            other = 1 - axis
+            out[j::4, other] = _normalized(np.array(0.0), sizes[other], align_corners)
     limited: np.ndarray = out.reshape(grid.shape)
     return limited
 

@@ -17,8 +17,9 @@ For the ops below, :func:`constructed` adds a bounded number of sets built to hi
   inputs made of -0.0, +0.0 and ±1 (a scatter's data all -0.0: a ``max``/``min`` that keeps it must keep
   its sign), then of ±inf, NaN, -0.0 and 1 (Where's condition alternating, so both truth values meet
   every value): a selection written with arithmetic (``x * c + y * (1 - c)``) or with onnxruntime's
-  Where (which loses a chosen -0.0) shows; the bool condition and the indices stay valid (the
-  indices are folded into range, :func:`.domain.into_domain`);
+  Where (which loses a chosen -0.0) shows; a scatter's data all NaN under updates without, and its
+  updates all NaN over data without (a max/min whose comparison is negated shows on every seed); the bool
+  condition and the indices stay valid (the indices are folded into range, :func:`.domain.into_domain`);
 * DeformConv, GridSample (``sampling-edges``): sampling points exactly on integer pixels and on the
   borders, next to ±inf and NaN pixels (:mod:`.sampling`);
 * Cast, CastLike (``cast-edges``): values at the target type's edges (float16's largest finite and the
@@ -213,8 +214,19 @@ def _selects(op: str, elems: Sequence[int], shapes: Sequence[tuple[int, ...]], r
     if op == "Where" and elems and np_dtype(elems[0]).kind == "b" and shapes[0]:
         size = int(np.prod(shapes[0], dtype=np.int64))
         special[0] = (np.arange(size) % 2 == 0).reshape(shapes[0])
-    return [("signed-zeros", zeros, "chosen values -0.0, +0.0, -1 and 1 (a scatter's data all -0.0)"),
-            ("non-finite", special, "chosen values ±inf, NaN, -0.0 and 1 (a condition of both truth values)")]
+    out: list[Constructed] = [
+        ("signed-zeros", zeros, "chosen values -0.0, +0.0, -1 and 1 (a scatter's data all -0.0)"),
+        ("non-finite", special, "chosen values ±inf, NaN, -0.0 and 1 (a condition of both truth values)")]
+    if op in _SCATTERS and set(floats) == {0, 2}:
+        # NaN on one side of every combined pair, whatever the seed: a max/min written with the negated
+        # comparison (``Not(a >= b)`` for ``a < b``) differs exactly there
+        finite = (np.inf, -np.inf, -0.0, 1.0)
+        data, updates = np_dtype(elems[0]), np_dtype(elems[2])
+        out += [("non-finite", {0: np.full(shapes[0], np.nan).astype(data),
+                                2: _pooled(finite, shapes[2], updates, rng)}, "a scatter's data all NaN"),
+                ("non-finite", {0: _pooled(finite, shapes[0], data, rng),
+                                2: np.full(shapes[2], np.nan).astype(updates)}, "a scatter's updates all NaN")]
+    return out
 
 
 def _cast_edges(node: onnx.NodeProto, elems: Sequence[int], shape: tuple[int, ...]) -> list[Constructed]:

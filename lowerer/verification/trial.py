@@ -13,6 +13,7 @@ from typing import Any
 
 import ml_dtypes
 import numpy as np
+import onnx
 
 from lowerer.core.report import Rewrite
 from lowerer.facts import reference
@@ -39,7 +40,7 @@ from lowerer.verification.special import CONSTRUCTED_KINDS, constructed
 from lowerer.verification.specs import short
 from lowerer.verification.worker import OrtAbortedError, aborts_on
 
-__all__ = ["STOP", "Trial", "budget_record", "derived_feeds", "run_shapes", "scale"]
+__all__ = ["STOP", "Trial", "budget_record", "derived_feeds", "node_positions", "run_shapes", "scale"]
 
 #: What :meth:`Trial.run_set` answers when the original refuses an input set's shapes.
 STOP = "stop"
@@ -97,7 +98,12 @@ def run_shapes(trial: Trial, shapes: tuple[tuple[int, ...], ...], kinds: Sequenc
         trial.covered.append("empty dims")
         return None
     rewrite = trial.rewrite
-    for kind, given, covers in constructed(trial.canon.original, rewrite.from_version, trial.elems, shapes, rng):
+    node_elems, node_shapes, generated = node_positions(trial.canon, trial.elems, shapes)
+    for kind, by_position, covers in constructed(trial.canon.original, rewrite.from_version, node_elems,
+                                                 node_shapes, rng):
+        given = {generated[k]: v for k, v in by_position.items() if k in generated}
+        if not given:  # it gives only inputs the model fixes (a scatter's constant indices): a normal set
+            continue
         outcome = trial.run_set(kind, shapes, rng, given)
         if isinstance(outcome, CheckResult):
             return outcome
@@ -106,6 +112,51 @@ def run_shapes(trial: Trial, shapes: tuple[tuple[int, ...], ...], kinds: Sequenc
         if covers not in trial.covered:
             trial.covered.append(covers)
     return None
+
+
+def node_positions(canon: Canon, elems: Sequence[int], shapes: Sequence[tuple[int, ...]]
+                   ) -> tuple[list[int], list[tuple[int, ...]], dict[int, int]]:
+    """The element type and shape at each input position of the original node, and where each generated one is.
+
+    The constructed sets (:mod:`.special`) address an op's inputs by position (a scatter's updates are its
+    third input), while a check generates only the inputs the model does not fix: a scatter whose indices
+    are constant generates its data and updates alone. Returns (element types, shapes) per position of
+    ``canon.original``'s inputs (a constant input's from its value, a derived shape input's int64 of its
+    length, an absent optional input's UNDEFINED and ``()``), and the map from a position to the index of
+    its generated input (the first position of an input given twice).
+    """
+    index = {c: j for j, (c, _) in enumerate(canon.inputs)}
+    fixed = {c: v for c, _, v in canon.fixed}
+    derived = {c: len(r) for c, _, r in canon.derived}
+    node_elems: list[int] = []
+    node_shapes: list[tuple[int, ...]] = []
+    generated: dict[int, int] = {}
+    for k, name in enumerate(canon.original.input):
+        if name in index:
+            j = index[name]
+            if j not in generated.values():
+                generated[k] = j
+            node_elems.append(elems[j])
+            node_shapes.append(tuple(shapes[j]))
+        elif name in fixed:
+            value = fixed[name]
+            node_elems.append(_elem_of(value.dtype))
+            node_shapes.append(tuple(value.shape))
+        elif name in derived:
+            node_elems.append(onnx.TensorProto.INT64)
+            node_shapes.append((derived[name],))
+        else:
+            node_elems.append(onnx.TensorProto.UNDEFINED)
+            node_shapes.append(())
+    return node_elems, node_shapes, generated
+
+
+def _elem_of(dtype: np.dtype[Any]) -> int:
+    """The ONNX element type of a constant input's numpy dtype (UNDEFINED where ONNX has none)."""
+    try:
+        return int(onnx.helper.np_dtype_to_tensor_dtype(dtype))
+    except (KeyError, TypeError, ValueError):
+        return onnx.TensorProto.UNDEFINED
 
 
 def _identical(a: np.ndarray, b: np.ndarray) -> bool:
