@@ -105,8 +105,12 @@ def test_scatter_duplicates_and_cast_edges_are_constructed() -> None:
     (kind, given, _), *selects = constructed(scatter, 18, [F, TensorProto.INT64, F], [(3, 4), (2, 4), (2, 4)],
                                              np.random.default_rng(0))
     assert kind == "duplicates" and len(np.unique(given[1])) == 1
-    assert [s[0] for s in selects] == ["signed-zeros", "non-finite"]
+    assert [s[0] for s in selects] == ["signed-zeros", "non-finite", "non-finite", "non-finite"]
     assert np.signbit(selects[0][1][0]).all() and 1 not in selects[0][1]  # the data all -0.0, the indices generated
+    # NaN on one side of every combined pair: the data all NaN under updates without, then the reverse
+    (_, data_nan, _), (_, updates_nan, _) = selects[2:]
+    assert np.isnan(data_nan[0]).all() and not np.isnan(data_nan[2]).any()
+    assert np.isnan(updates_nan[2]).all() and not np.isnan(updates_nan[0]).any()
     cast = helper.make_node("Cast", ["x"], ["y"], to=TensorProto.FLOAT16)
     ((kind, given, _),) = constructed(cast, 13, [F], [(4, 5)], np.random.default_rng(0))
     assert kind == "cast-edges" and 65504.0 in given[0] and np.signbit(given[0][given[0] == 0]).any()
