@@ -14,6 +14,7 @@ from pathlib import Path
 import numpy as np
 import onnx
 import pytest
+from _mutants import one_node
 from onnx import TensorProto, helper
 
 from lowerer.backends import witnesses
@@ -130,3 +131,69 @@ def test_release_of_a_bundling_runtime_is_the_bundled_release() -> None:
     bundled = witnesses.Witness("onnxruntime-openvino", "1.24.1 (OpenVINO 2025.4.1)")
     assert witnesses.release_of(bundled) == "2025.4.1"
     assert witnesses.release_of(witnesses.Witness("onnxruntime-qnn", "2.7.0")) == "2.7.0"
+
+
+def test_tvm_reads_a_single_shape_output_as_one_output(monkeypatch: pytest.MonkeyPatch) -> None:
+    """TVM returns one output as itself and several as an array of them; a Shape output is a shape tuple.
+
+    A shape tuple has a length too: the witness used to read a lone Shape output as the outputs, so the
+    first dim came out as the whole answer (shape () for (3,)), and Shape-13/15 probes read as TVM's fault.
+    Measured on apache-tvm 0.27.0.post1 (2026-12-01): ``main`` of a Shape-only model returns a
+    ``tvm_ffi._tensor.Shape``; of Shape + Relu, a ``tvm_ffi.container.Array`` of (Shape, Tensor).
+    """
+    import importlib
+    import types
+
+    module = importlib.import_module("lowerer.backends.runtimes.tvm")
+
+    class ShapeTuple(tuple):  # what TVM's Shape output is like: a length, no numpy()
+        pass
+
+    class Tensor:
+        def __init__(self, value: np.ndarray) -> None:
+            self.value = value
+
+        def numpy(self) -> np.ndarray:
+            return self.value
+
+    fake = types.ModuleType("tvm")
+    fake.runtime = types.SimpleNamespace(tensor=lambda v: v)  # type: ignore[attr-defined]
+    monkeypatch.setitem(sys.modules, "tvm", fake)
+    feeds = {"x": np.ones((2, 3, 4), np.float32)}
+    key = module._signature(feeds)
+    one = {"positions": [0], "order": ["x"], "outputs": 1, key: {"main": lambda x: ShapeTuple((2, 3, 4))}}
+    (shape,) = module.infer(one, feeds, None, ["x"])
+    assert shape.dtype == np.int64 and shape.tolist() == [2, 3, 4]
+    two = {"positions": [0, 1], "order": ["x"], "outputs": 2,
+           key: {"main": lambda x: [ShapeTuple((2, 3, 4)), Tensor(np.zeros((2, 3, 4), np.float32))]}}
+    shape, relu = module.infer(two, feeds, None, ["x"])
+    assert shape.tolist() == [2, 3, 4] and relu.shape == (2, 3, 4)
+
+
+@pytest.mark.parametrize(("op", "opset", "attrs", "rewritten"), [
+    ("ArgMax", 1, {"axis": 1}, False), ("ArgMin", 1, {"axis": 0}, False), ("ArgMax", 13, {"axis": 1}, False),
+    ("ArgMax", 13, {"axis": 1, "select_last_index": 1}, True), ("ArgMin", 12, {"axis": -1, "select_last_index": 1},
+                                                                 True)])
+def test_mnn_rewrites_the_arg_ops_only_for_select_last_index(op: str, opset: int, attrs: dict[str, int],
+                                                              rewritten: bool) -> None:
+    """MNN 3.6.1 ignores select_last_index=1 and is right otherwise (negative rows too, measured 2026-12-01):
+    an ArgMax-1 that runs there as exported is kept as it is, not refused for a form that needs opset 11."""
+    import lowerer
+
+    result = lowerer.convert(one_node(op, opset, attrs, [3, 16]), for_backend="mnn==3.6")
+    forms = [r.rule for r in result.report.rewrites]
+    assert forms == (["argmax-reduce"] if rewritten else []), forms
+
+
+def test_tvm_keeps_a_topk_10_whose_k_is_one() -> None:
+    """TVM 0.27 ignores TopK-10's k (one column comes out): right for a constant k of 1, refused otherwise."""
+    import lowerer
+    from lowerer.core.errors import ConversionError
+
+    def topk(k: int) -> onnx.ModelProto:
+        return one_node("TopK", 10, None, inputs=[("x", TensorProto.FLOAT, [4, 8])],
+                        consts={"k": np.array([k], np.int64)}, outputs=2)
+
+    assert lowerer.convert(topk(1), for_backend="tvm==0.27").report.rewrites == []
+    with pytest.raises(ConversionError, match=r"TopK-10's k \(an input\) is ignored"):
+        lowerer.convert(topk(3), for_backend="tvm==0.27")

@@ -45,7 +45,8 @@ def prepare(loaded: Any, names: list[str] | None, feeds: dict[str, Any], param: 
         raise RuntimeError(f"TVM computes only the model's outputs, not {missing[0]!r}")
     positions = [outputs.index(n) for n in names] if names else list(range(len(outputs)))
     order = [i.name for i in loaded.graph.input if i.name in feeds]
-    return {"model": loaded, "positions": positions, "order": order, _signature(feeds): _compiled(loaded, feeds)}
+    return {"model": loaded, "positions": positions, "order": order, "outputs": len(outputs),
+            _signature(feeds): _compiled(loaded, feeds)}
 
 
 def _signature(feeds: dict[str, Any]) -> tuple[tuple[str, tuple[int, ...], str], ...]:
@@ -72,7 +73,10 @@ def infer(prepared: Any, feeds: dict[str, Any], names: list[str] | None, order: 
     machine, positions, inputs = prepared[key], prepared["positions"], prepared["order"]
     make = getattr(tvm.runtime, "tensor", None) or tvm.nd.array
     found = machine["main"](*[make(feeds[n]) for n in inputs])
-    values = [found] if hasattr(found, "numpy") or not hasattr(found, "__len__") else list(found)
+    # One output comes back as itself, many as an array of them: a single Shape output is a shape tuple, which
+    # has a length too (read as the outputs, its first dim came out as the whole answer: shape () for (N,)).
+    single = prepared["outputs"] == 1 or hasattr(found, "numpy") or not hasattr(found, "__len__")
+    values = [found] if single else list(found)
     return [_array(values[k]) for k in positions]
 
 
