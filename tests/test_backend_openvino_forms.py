@@ -164,3 +164,51 @@ def _gelu_model(approximate: str) -> onnx.ModelProto:
     y = helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, 3])
     graph = helper.make_graph([helper.make_node("Gelu", ["x"], ["y"], approximate=approximate)], "g", [x], [y])
     return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 20)], ir_version=9)
+
+
+def _if_model() -> onnx.ModelProto:
+    """A model's own If on dynamic dims (then Neg, else Abs): OpenVINO 2023.0/2024.0 may repeat a stale branch."""
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, ["n", 4])
+    branch = [helper.make_graph([helper.make_node(op, ["x"], [out])], name, [],
+                                [helper.make_tensor_value_info(out, TensorProto.FLOAT, ["n", 4])])
+              for op, out, name in (("Neg", "t", "then"), ("Abs", "e", "else"))]
+    node = helper.make_node("If", ["c"], ["y"], name="own_if", then_branch=branch[0], else_branch=branch[1])
+    graph = helper.make_graph([node], "g", [helper.make_tensor_value_info("c", TensorProto.BOOL, [1]), x],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["n", 4])])
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)], ir_version=7)
+
+
+def _reduce_sum_run_time_axes() -> onnx.ModelProto:
+    graph = helper.make_graph([helper.make_node("ReduceSum", ["x", "a"], ["y"], keepdims=0, name="rs")], "g",
+                              [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["n", 4]),
+                               helper.make_tensor_value_info("a", TensorProto.INT64, [1])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["m"])])
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)], ir_version=7)
+
+
+def test_an_if_chain_is_refused_for_openvino_2023_and_the_empty_input_if_is_kept() -> None:
+    """2023.0/2024.0 repeat a stale branch when an If's condition flips at the same dynamic input shapes (measured):
+    lowerer's If chain of run-time axes meets it and is refused there; its empty-input If cannot, and is written."""
+    model = _reduce_sum_run_time_axes()
+    for release in ("2023.0", "2024.0"):
+        with pytest.raises(ConversionError, match=r"If-11.*the previous branch's result"):
+            lowerer.convert(model, target_opset=11, for_backend=f"openvino=={release}", verify=False)
+    out = lowerer.convert(model, target_opset=11, for_backend="openvino==2026.4", verify=False).model
+    assert "If" in [n.op_type for n in out.graph.node]
+    hardmax = helper.make_model(helper.make_graph(
+        [helper.make_node("Hardmax", ["x"], ["y"], axis=1)], "g",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["n", "m", 4])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["n", "m", 4])]),
+        opset_imports=[helper.make_opsetid("", 11)], ir_version=7)
+    written = lowerer.convert(hardmax, target_opset=13, for_backend="openvino==2023.0").model
+    assert "If" in [n.op_type for n in written.graph.node]  # the empty-input guard of the coerced-axis step
+
+
+def test_a_models_own_if_is_kept_with_the_departure_said_for_openvino_2023() -> None:
+    result = lowerer.convert(_if_model(), for_backend="openvino==2023.0", verify=False)
+    (named,) = result.report.backend["named"]
+    assert named["node"] == "own_if" and "previous branch's result" in named["why"]
+    assert [n.op_type for n in result.model.graph.node] == ["If"]
+    with pytest.raises(ConversionError, match="own_if"):
+        lowerer.convert(_if_model(), for_backend="openvino==2023.0", verify=False, strict_backend=True)
+    assert not lowerer.convert(_if_model(), for_backend="openvino==2026.4", verify=False).report.backend["named"]

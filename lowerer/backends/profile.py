@@ -85,7 +85,7 @@ REWRITES: dict[str, str] = {
 
 _CONDITIONS = frozenset({"attribute", "attribute_in", "attributes_present", "dtypes", "not_dtypes", "literal_inputs",
                          "input_values_outside", "rank_not", "axis_not_last", "dynamic_shape", "axis_size_dynamic",
-                         "repeated_letters"})
+                         "repeated_letters", "empty_guard"})
 _ENTRY_KEYS = frozenset({"op", "ops", "versions", "when", "rewrite", "why", "source", "confirmed", "note",
                          "backend_versions", "departure"})
 _AXIS_OPS = frozenset({"Hardmax", "Softmax", "LogSoftmax"})
@@ -611,6 +611,21 @@ def _check_repeated_letters(node: onnx.NodeProto, version: int, facts: Facts, va
     return any(len(set(t)) != len(t) for t in terms) == bool(value)
 
 
+def _check_empty_guard(node: onnx.NodeProto, version: int, facts: Facts, value: Any) -> bool:
+    """Whether an If is an empty-input guard, as ``value``: its then-branch only passes an outer value through.
+
+    The shape of lowerer's ``If(Size(x) == 0)`` (:meth:`lowerer.steps.emitter.Emitter.pass_through_if_empty`):
+    then-branch one Identity of a value the branch does not make, its output the branch's one output.
+    """
+    if node.op_type != "If":
+        return False
+    then = next((a.g for a in node.attribute if a.name == "then_branch"), None)
+    guard = then is not None and len(then.node) == 1 and then.node[0].op_type == "Identity" and \
+        len(then.output) == 1 and list(then.node[0].output) == [then.output[0].name] and \
+        not then.input and not then.initializer
+    return guard == bool(value)
+
+
 _CHECKS = {
     "attribute": _check_attribute,
     "attribute_in": _check_attribute_in,
@@ -624,6 +639,7 @@ _CHECKS = {
     "dynamic_shape": _check_dynamic_shape,
     "axis_size_dynamic": _check_axis_size_dynamic,
     "repeated_letters": _check_repeated_letters,
+    "empty_guard": _check_empty_guard,
 }
 
 
@@ -652,5 +668,7 @@ def _describe_condition(name: str, value: Any) -> str:
         return "with a letter repeated within an operand (a diagonal)" if value else ""
     if name == "axis_size_dynamic":
         return "with a dynamic size along the axis" if value else ""
+    if name == "empty_guard":
+        return "an empty-input guard" if value else "other than an empty-input guard"
     return ""
 
