@@ -197,3 +197,21 @@ def test_tvm_keeps_a_topk_10_whose_k_is_one() -> None:
     assert lowerer.convert(topk(1), for_backend="tvm==0.27").report.rewrites == []
     with pytest.raises(ConversionError, match=r"TopK-10's k \(an input\) is ignored"):
         lowerer.convert(topk(3), for_backend="tvm==0.27")
+
+
+def test_tract_refuses_topk_1_and_reshape_1_with_the_opset_that_runs_there() -> None:
+    """tract reads TopK's k and Reshape's shape only as inputs (TopK-1 and Reshape-1 fail to load there, measured):
+    refused in one line whose remedy is the opset just past them, which converts and is what tract runs."""
+    import lowerer
+    from lowerer.core.errors import ConversionError
+
+    reshape = helper.make_graph([helper.make_node("Reshape", ["x"], ["y"], shape=[8, 4])], "g",
+                                [helper.make_tensor_value_info("x", TensorProto.FLOAT, [4, 8])],
+                                [helper.make_tensor_value_info("y", TensorProto.FLOAT, [8, 4])])
+    models = {"TopK": (one_node("TopK", 1, {"k": 3, "axis": 1}, [4, 8], outputs=2), 10),
+              "Reshape": (helper.make_model(reshape, opset_imports=[helper.make_opsetid("", 1)], ir_version=3), 5)}
+    for op, (model, opset) in models.items():
+        with pytest.raises(ConversionError, match=rf"--target-opset {opset} takes it to {op}-{opset}\b"):
+            lowerer.convert(model, for_backend="tract==0.23", verify=False)
+        out = lowerer.convert(model, for_backend="tract==0.23", target_opset=opset).model
+        assert [n.op_type for n in out.graph.node if n.op_type == op] == [op]

@@ -24,7 +24,7 @@ from lowerer.backends.plan import BackendPlan, Finding, Kept, scan
 from lowerer.backends.profile import FALLBACK_RUNTIMES, Profile
 from lowerer.backends.proof import FAILED, NOT_PROVEN, PROVEN, Placement, prove_placement
 from lowerer.core.errors import ConversionError
-from lowerer.core.opsets import default_opset
+from lowerer.core.opsets import default_opset, since_version
 from lowerer.core.remedies import FALLBACK
 from lowerer.core.report import Report
 from lowerer.model_io.scopes import iter_scopes
@@ -50,17 +50,22 @@ def backend_remedy(finding: Finding, profile: Profile, opset: int | None,
                    converts_at: Callable[[int], bool] | None = None) -> str:
     """What would make ``profile``'s runtime run the model, for a node it cannot run: options that work there.
 
-    The opset just below the op-versions the node's entry names, where ``converts_at`` (the whole
+    The opset just below the op-versions the node's entry names, else the one just above them (TopK-1,
+    whose k tract reads only as an input, is TopK-10 at opset 10), where ``converts_at`` (the whole
     model converted there for this backend, nothing it names left: see
     :class:`lowerer.passes.BackendPass`) says the model converts; ``--allow-fallback`` where the
     runtime hands refused nodes to another provider (:data:`FALLBACK_RUNTIMES`); otherwise none
     (``--allow-fallback`` only through onnxruntime's provider for that runtime).
     """
-    low = finding.entry.versions[0]
+    low, high = finding.entry.versions
     lower = None if low is None or opset is None or not 1 < low <= opset else low - 1
     if lower is not None and converts_at is not None and converts_at(lower):
         return (f"--target-opset {lower} takes it below {finding.op_type}-{low} (API: target_opset={lower}: "
                 f"the model converts there for {profile.spec})")
+    upper = None if high is None or opset is None or opset > high else high + 1
+    if upper is not None and converts_at is not None and converts_at(upper):
+        return (f"--target-opset {upper} takes it to {finding.op_type}-{since_version(finding.op_type, upper)} "
+                f"(API: target_opset={upper}: the model converts there for {profile.spec})")
     if profile.runtime in FALLBACK_RUNTIMES:
         return FALLBACK
     return (f"no option makes {profile.spec} run it (through onnxruntime's {profile.provider}, "
