@@ -215,3 +215,23 @@ def test_tract_refuses_topk_1_and_reshape_1_with_the_opset_that_runs_there() -> 
             lowerer.convert(model, for_backend="tract==0.23", verify=False)
         out = lowerer.convert(model, for_backend="tract==0.23", target_opset=opset).model
         assert [n.op_type for n in out.graph.node if n.op_type == op] == [op]
+
+
+def test_mnn_takes_einsum_diagonals_by_gather_and_says_its_topk_ties() -> None:
+    """MNN 3.6.1 computes Einsum traces and diagonals wrongly and the einsum-diagonal form right (measured
+    2026-12-01); its TopK indices on ties are wrong for k >= 2 (measured): kept, with the departure said."""
+    import lowerer
+
+    einsum = lowerer.convert(one_node("Einsum", 12, {"equation": "ii->i"}, [4, 4]), for_backend="mnn==3.6")
+    assert [r.rule for r in einsum.report.rewrites] == ["einsum-diagonal"]
+    assert all(r.status == "verified" for r in einsum.report.rewrites)
+    plain = lowerer.convert(one_node("Einsum", 12, {"equation": "ij->ji"}, [3, 4]), for_backend="mnn==3.6")
+    assert plain.report.rewrites == []
+
+    def topk(k: int) -> onnx.ModelProto:
+        return one_node("TopK", 11, None, inputs=[("x", TensorProto.FLOAT, [4, 8])],
+                        consts={"k": np.array([k], np.int64)}, outputs=2)
+
+    said = lowerer.convert(topk(3), for_backend="mnn==3.6", verify=False).report.backend
+    assert [d["node"] for d in said["departures"]] == ["n0"] and "ties" in said["departures"][0]["why"]
+    assert not lowerer.convert(topk(1), for_backend="mnn==3.6", verify=False).report.backend.get("departures")
