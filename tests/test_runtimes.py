@@ -235,3 +235,26 @@ def test_mnn_takes_einsum_diagonals_by_gather_and_says_its_topk_ties() -> None:
     said = lowerer.convert(topk(3), for_backend="mnn==3.6", verify=False).report.backend
     assert [d["node"] for d in said["departures"]] == ["n0"] and "ties" in said["departures"][0]["why"]
     assert not lowerer.convert(topk(1), for_backend="mnn==3.6", verify=False).report.backend.get("departures")
+
+
+def test_mnn_says_its_scatternd_reductions_and_cubic_half_pixel_resize() -> None:
+    """MNN 3.6.1 computes ScatterND with a reduction and cubic half_pixel Resize wrongly (measured 2026-12-01), and
+    lowerer has no form MNN runs for them: kept as they are, the departure said; the right variants say nothing."""
+    import lowerer
+
+    def scatter(reduction: str | None) -> onnx.ModelProto:
+        return one_node("ScatterND", 18, {"reduction": reduction} if reduction else None,
+                        inputs=[("x", TensorProto.FLOAT, [4, 3]), ("u", TensorProto.FLOAT, [2, 3])],
+                        consts={"i": np.array([[1], [3]], np.int64)}, order=["x", "i", "u"])
+
+    def resize(mode: str) -> onnx.ModelProto:
+        return one_node("Resize", 19, {"mode": "cubic", "coordinate_transformation_mode": mode},
+                        inputs=[("x", TensorProto.FLOAT, [1, 1, 4, 4])],
+                        consts={"roi": np.array([], np.float32), "scales": np.array([1, 1, 2, 2], np.float32)},
+                        order=["x", "roi", "scales"])
+
+    cases = ((scatter("max"), True), (scatter("add"), True), (scatter(None), False), (resize("half_pixel"), True),
+             (resize("pytorch_half_pixel"), True), (resize("asymmetric"), False))
+    for model, said in cases:
+        backend = lowerer.convert(model, for_backend="mnn==3.6", verify=False).report.backend
+        assert bool(backend.get("departures")) == said, (model.graph.node[0].attribute, backend.get("departures"))
