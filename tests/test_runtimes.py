@@ -6,9 +6,11 @@ runtime is its module, its profile, its measured run and its row here.
 
 from __future__ import annotations
 
+import importlib
 import json
 import subprocess
 import sys
+import types
 from pathlib import Path
 
 import numpy as np
@@ -17,6 +19,7 @@ import pytest
 from _mutants import one_node
 from onnx import TensorProto, helper
 
+import lowerer
 from lowerer.backends import witnesses
 from lowerer.backends.plan import scan
 from lowerer.backends.probe_models import EXPANSIONS, LOWERED, base_probes
@@ -24,6 +27,7 @@ from lowerer.backends.profile import BACKENDS, _profile_data, load_profile
 from lowerer.backends.runtimes import runtime_of, runtimes, witnesses_for
 from lowerer.cli.probes import budget_of
 from lowerer.cli.targets import targets_table
+from lowerer.core.errors import ConversionError
 
 BACKENDS_DIR = Path(witnesses.__file__).parent
 #: runtime -> (the backend it witnesses, its measured probe runs).
@@ -141,9 +145,6 @@ def test_tvm_reads_a_single_shape_output_as_one_output(monkeypatch: pytest.Monke
     Measured on apache-tvm 0.27.0.post1 (2026-12-01): ``main`` of a Shape-only model returns a
     ``tvm_ffi._tensor.Shape``; of Shape + Relu, a ``tvm_ffi.container.Array`` of (Shape, Tensor).
     """
-    import importlib
-    import types
-
     module = importlib.import_module("lowerer.backends.runtimes.tvm")
 
     class ShapeTuple(tuple):  # what TVM's Shape output is like: a length, no numpy()
@@ -178,8 +179,6 @@ def test_mnn_rewrites_the_arg_ops_only_for_select_last_index(op: str, opset: int
                                                               rewritten: bool) -> None:
     """MNN 3.6.1 ignores select_last_index=1 and is right otherwise (negative rows too, measured 2026-12-01):
     an ArgMax-1 that runs there as exported is kept as it is, not refused for a form that needs opset 11."""
-    import lowerer
-
     result = lowerer.convert(one_node(op, opset, attrs, [3, 16]), for_backend="mnn==3.6")
     forms = [r.rule for r in result.report.rewrites]
     assert forms == (["argmax-reduce"] if rewritten else []), forms
@@ -187,9 +186,6 @@ def test_mnn_rewrites_the_arg_ops_only_for_select_last_index(op: str, opset: int
 
 def test_tvm_keeps_a_topk_10_whose_k_is_one() -> None:
     """TVM 0.27 ignores TopK-10's k (one column comes out): right for a constant k of 1, refused otherwise."""
-    import lowerer
-    from lowerer.core.errors import ConversionError
-
     def topk(k: int) -> onnx.ModelProto:
         return one_node("TopK", 10, None, inputs=[("x", TensorProto.FLOAT, [4, 8])],
                         consts={"k": np.array([k], np.int64)}, outputs=2)
@@ -202,9 +198,6 @@ def test_tvm_keeps_a_topk_10_whose_k_is_one() -> None:
 def test_tract_refuses_topk_1_and_reshape_1_with_the_opset_that_runs_there() -> None:
     """tract reads TopK's k and Reshape's shape only as inputs (TopK-1 and Reshape-1 fail to load there, measured):
     refused in one line whose remedy is the opset just past them, which converts and is what tract runs."""
-    import lowerer
-    from lowerer.core.errors import ConversionError
-
     reshape = helper.make_graph([helper.make_node("Reshape", ["x"], ["y"], shape=[8, 4])], "g",
                                 [helper.make_tensor_value_info("x", TensorProto.FLOAT, [4, 8])],
                                 [helper.make_tensor_value_info("y", TensorProto.FLOAT, [8, 4])])
@@ -220,8 +213,6 @@ def test_tract_refuses_topk_1_and_reshape_1_with_the_opset_that_runs_there() -> 
 def test_mnn_takes_einsum_diagonals_by_gather_and_says_its_topk_ties() -> None:
     """MNN 3.6.1 computes Einsum traces and diagonals wrongly and the einsum-diagonal form right (measured
     2026-12-01); its TopK indices on ties are wrong for k >= 2 (measured): kept, with the departure said."""
-    import lowerer
-
     einsum = lowerer.convert(one_node("Einsum", 12, {"equation": "ii->i"}, [4, 4]), for_backend="mnn==3.6")
     assert [r.rule for r in einsum.report.rewrites] == ["einsum-diagonal"]
     assert all(r.status == "verified" for r in einsum.report.rewrites)
@@ -240,8 +231,6 @@ def test_mnn_takes_einsum_diagonals_by_gather_and_says_its_topk_ties() -> None:
 def test_mnn_says_its_scatternd_reductions_and_cubic_half_pixel_resize() -> None:
     """MNN 3.6.1 computes ScatterND with a reduction and cubic half_pixel Resize wrongly (measured 2026-12-01), and
     lowerer has no form MNN runs for them: kept as they are, the departure said; the right variants say nothing."""
-    import lowerer
-
     def scatter(reduction: str | None) -> onnx.ModelProto:
         return one_node("ScatterND", 18, {"reduction": reduction} if reduction else None,
                         inputs=[("x", TensorProto.FLOAT, [4, 3]), ("u", TensorProto.FLOAT, [2, 3])],
