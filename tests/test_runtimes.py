@@ -229,8 +229,9 @@ def test_mnn_takes_einsum_diagonals_by_gather_and_says_its_topk_ties() -> None:
 
 
 def test_mnn_says_its_scatternd_reductions_and_cubic_half_pixel_resize() -> None:
-    """MNN 3.6.1 computes ScatterND with a reduction and cubic half_pixel Resize wrongly (measured 2026-12-01), and
-    lowerer has no form MNN runs for them: kept as they are, the departure said; the right variants say nothing."""
+    """MNN 3.6.1 computes ScatterND and ScatterElements with a reduction and cubic half_pixel Resize wrongly (measured
+    2026-12-01 and 2026-12-02), and lowerer has no form MNN runs for them: kept as they are, the departure said; the
+    right variants say nothing."""
     def scatter(reduction: str | None) -> onnx.ModelProto:
         return one_node("ScatterND", 18, {"reduction": reduction} if reduction else None,
                         inputs=[("x", TensorProto.FLOAT, [4, 3]), ("u", TensorProto.FLOAT, [2, 3])],
@@ -242,8 +243,15 @@ def test_mnn_says_its_scatternd_reductions_and_cubic_half_pixel_resize() -> None
                         consts={"roi": np.array([], np.float32), "scales": np.array([1, 1, 2, 2], np.float32)},
                         order=["x", "roi", "scales"])
 
+    def elements(reduction: str | None, opset: int = 18) -> onnx.ModelProto:
+        attrs = {"axis": 1, **({"reduction": reduction} if reduction else {})}
+        return one_node("ScatterElements", opset, attrs,
+                        inputs=[("x", TensorProto.FLOAT, [2, 6]), ("u", TensorProto.FLOAT, [2, 3])],
+                        consts={"i": np.array([[0, 5, 3], [2, 4, 1]], np.int64)}, order=["x", "i", "u"])
+
     cases = ((scatter("max"), True), (scatter("add"), True), (scatter(None), False), (resize("half_pixel"), True),
-             (resize("pytorch_half_pixel"), True), (resize("asymmetric"), False))
+             (resize("pytorch_half_pixel"), True), (resize("asymmetric"), False), (elements("min"), True),
+             (elements("mul", 16), True), (elements(None), False), (elements(None, 13), False))
     for model, said in cases:
         backend = lowerer.convert(model, for_backend="mnn==3.6", verify=False).report.backend
         assert bool(backend.get("departures")) == said, (model.graph.node[0].attribute, backend.get("departures"))
