@@ -184,6 +184,18 @@ def test_mnn_rewrites_the_arg_ops_only_for_select_last_index(op: str, opset: int
     assert forms == (["argmax-reduce"] if rewritten else []), forms
 
 
+@pytest.mark.parametrize("backend", ["mnn==3.6", "tvm==0.27"])
+def test_rotary_embedding_is_written_as_its_body_where_the_runtime_lacks_it(backend: str) -> None:
+    """MNN 3.6.1's converter and TVM 0.27's frontend fail on RotaryEmbedding-23; its body runs there equal (measured
+    2026-12-02); tract runs the op itself and keeps it. The body is verified like any expansion."""
+    model, _ = EXPANSIONS["RotaryEmbedding-23"]()
+    result = lowerer.convert(model, for_backend=backend)
+    assert "RotaryEmbedding" not in {n.op_type for n in result.model.graph.node}
+    assert [r.status for r in result.report.rewrites] == ["verified"]
+    kept = lowerer.convert(model, for_backend="tract==0.23", verify=False).model
+    assert [n.op_type for n in kept.graph.node] == ["RotaryEmbedding"]
+
+
 def test_tvm_keeps_a_topk_10_whose_k_is_one() -> None:
     """TVM 0.27 ignores TopK-10's k (one column comes out): right for a constant k of 1, refused otherwise."""
     def topk(k: int) -> onnx.ModelProto:

@@ -457,9 +457,19 @@ def _attention(q_heads: int = 2, causal: int = 1) -> tuple[onnx.ModelProto, dict
     return make_model([node], inputs, [("y", _F)], 23), feeds
 
 
+def _rotary() -> tuple[onnx.ModelProto, dict[str, np.ndarray]]:
+    """RotaryEmbedding-23 on (batch, sequence, heads x 8), its cos/sin caches and position ids constants."""
+    rng = np.random.default_rng(10)
+    x = rng.standard_normal((2, 4, 16)).astype(np.float32)
+    angles = np.arange(16, dtype=np.float32)[:, None] * np.array([1.0, 0.1, 0.01, 0.001], np.float32)
+    inits = _consts(cos=np.cos(angles), sin=np.sin(angles), pos=np.array([[0, 1, 2, 3], [5, 9, 9, 15]], np.int64))
+    node = helper.make_node("RotaryEmbedding", ["x", "cos", "sin", "pos"], ["y"], num_heads=2)
+    return make_model([node], [("x", _F, x.shape)], [("y", _F)], 23, inits), {"x": x}
+
+
 EXPANSIONS.update({"Gelu-20-none": lambda: _gelu("none"), "Gelu-20-tanh": lambda: _gelu("tanh"),
                    "RMSNormalization-23": _rms, "LayerNormalization-17": _layernorm, "Attention-23": _attention,
-                   "Attention-23-gqa": lambda: _attention(4, 0)})
+                   "Attention-23-gqa": lambda: _attention(4, 0), "RotaryEmbedding-23": _rotary})
 
 
 def _scatter_elements() -> tuple[onnx.ModelProto, dict[str, np.ndarray]]:

@@ -60,7 +60,7 @@ def budget_of(runtime: str) -> float:
 EXPANSION_TARGETS: dict[str, tuple[int, ...]] = {
     "Gelu-20-none": (18, 17), "Gelu-20-tanh": (18, 17), "RMSNormalization-23": (18, 17),
     "LayerNormalization-17": (16, 13), "Attention-23": (18, 17),
-    "Attention-23-gqa": (18,)}
+    "Attention-23-gqa": (18,), "RotaryEmbedding-23": (18, 17)}
 _RANDOM_OPS = frozenset({"Bernoulli", "Multinomial", "RandomNormal", "RandomNormalLike", "RandomUniform",
                          "RandomUniformLike", "Dropout"})
 #: float16 outputs: 2 units of float16's epsilon (2^-10) x scale, whatever the budget (the reference
