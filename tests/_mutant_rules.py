@@ -36,6 +36,7 @@ _I64 = np.int64
 F = T.FLOAT
 OV_OLD = {"for_backend": "openvino==2024.0"}
 OV = {"for_backend": "openvino"}
+RKNN = {"for_backend": "rknn"}
 
 
 def _find(em: Any, op: str) -> onnx.NodeProto:
@@ -129,7 +130,17 @@ def _forms() -> list[Mutant]:
         Mutant("einsum-diagonal-off-diagonal", "form", form("einsum-diagonal", change_const(lambda v: v[::-1],
                                                                                            which=-1)),
                lambda: one_node("Einsum", 12, {"equation": "ii->i"}, [4, 4]), 12, OV_OLD, area="backend_forms"),
+        Mutant("attention-scale-after-divided", "form", form("attention-scale-after", swap_op("Mul", "Div")),
+               _gqa, 19, RKNN, area="backend_forms"),
+        Mutant("attention-scale-after-unscaled", "form", form("attention-scale-after", drop_node("Mul")),
+               _gqa, 19, RKNN, area="backend_forms"),
     ]
+
+
+def _gqa() -> onnx.ModelProto:
+    """Non-causal grouped-query Attention-23: 4 query heads, 2 key/value heads, batch 1."""
+    return one_node("Attention", 23, {"is_causal": 0}, inputs=[("q", F, [1, 4, 4, 8]), ("k", F, [1, 2, 4, 8]),
+                                                                ("v", F, [1, 2, 4, 8])])
 
 
 def _scatter_gather() -> list[Mutant]:

@@ -448,7 +448,7 @@ def _layernorm() -> tuple[onnx.ModelProto, dict[str, np.ndarray]]:
 
 
 def _attention(q_heads: int = 2, causal: int = 1) -> tuple[onnx.ModelProto, dict[str, np.ndarray]]:
-    """Attention-23, 2 key/value heads and ``q_heads`` query heads (4: grouped-query attention)."""
+    """Attention-23, 2 key/value heads and ``q_heads`` query heads (4: grouped-query attention), batch 1."""
     rng = np.random.default_rng(9)
     shapes = {"q": (1, q_heads, 4, 8), "k": (1, 2, 4, 8), "v": (1, 2, 4, 8)}
     feeds = {name: rng.standard_normal(shape).astype(np.float32) for name, shape in shapes.items()}
@@ -469,7 +469,8 @@ def _rotary() -> tuple[onnx.ModelProto, dict[str, np.ndarray]]:
 
 EXPANSIONS.update({"Gelu-20-none": lambda: _gelu("none"), "Gelu-20-tanh": lambda: _gelu("tanh"),
                    "RMSNormalization-23": _rms, "LayerNormalization-17": _layernorm, "Attention-23": _attention,
-                   "Attention-23-gqa": lambda: _attention(4, 0), "RotaryEmbedding-23": _rotary})
+                   "Attention-23-gqa": lambda: _attention(4, 0), "Attention-23-noncausal": lambda: _attention(2, 0),
+                   "RotaryEmbedding-23": _rotary})
 
 
 def _scatter_elements() -> tuple[onnx.ModelProto, dict[str, np.ndarray]]:

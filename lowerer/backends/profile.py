@@ -81,6 +81,8 @@ REWRITES: dict[str, str] = {
     "gelu-mul": "Gelu (approximate=none) -> 0.5 x (1 + Erf(x * (1/sqrt 2))) (Mul, not the body's Div by Sqrt(2))",
     "gelu-tanh-cube": "Gelu (approximate=tanh) -> its function body with x * x * x for Pow(x, 3)",
     "einsum-diagonal": "Einsum with a letter repeated in an operand -> its diagonal by Gather, then Einsum over it",
+    "attention-scale-after": "Attention -> its function body with the scale applied to Q K^T (MatMul, then Mul), "
+                             "not sqrt(scale) to Q and to K^T",
 }
 
 _CONDITIONS = frozenset({"attribute", "attribute_in", "attributes_present", "dtypes", "not_dtypes", "literal_inputs",

@@ -60,7 +60,7 @@ def budget_of(runtime: str) -> float:
 EXPANSION_TARGETS: dict[str, tuple[int, ...]] = {
     "Gelu-20-none": (18, 17), "Gelu-20-tanh": (18, 17), "RMSNormalization-23": (18, 17),
     "LayerNormalization-17": (16, 13), "Attention-23": (18, 17),
-    "Attention-23-gqa": (18,), "RotaryEmbedding-23": (18, 17)}
+    "Attention-23-gqa": (18,), "Attention-23-noncausal": (18,), "RotaryEmbedding-23": (18, 17)}
 _RANDOM_OPS = frozenset({"Bernoulli", "Multinomial", "RandomNormal", "RandomNormalLike", "RandomUniform",
                          "RandomUniformLike", "Dropout"})
 #: float16 outputs: 2 units of float16's epsilon (2^-10) x scale, whatever the budget (the reference
@@ -196,16 +196,21 @@ ENTRY_FORMS: dict[str, tuple[str, str, int]] = {
     "last-axis": (r"^Softmax-11-axis[01]$|-shared-axis1$", "rknn==1.6", 11),
     "einsum-diagonal": (r"^Einsum-12-", FORM_SPEC, 17),
     "gelu-mul": (r"^Gelu-20-none-wide$", FORM_SPEC, 17),
+    "attention-scale-after": (r"^Attention-23-(gqa|noncausal)$", "rknn==1.6", 19),
 }
 
 
 def _entry_form_probes() -> list[Probe]:
-    """The sources of :data:`ENTRY_FORMS` as each form writes them (``ArgMax-13-rows16-last-argmax-flip``)."""
+    """The sources of :data:`ENTRY_FORMS` as each form writes them (``ArgMax-13-rows16-last-argmax-flip``).
+
+    A source is a base probe or the one-node model of an expansion (``Attention-23-gqa``).
+    """
     from lowerer.api import convert  # the probe suite is a leaf: nothing in lowerer imports it
 
     probes = []
+    sources = [*base_probes(), *(Probe(name, "expansion", "", *build()) for name, build in EXPANSIONS.items())]
     for form, (pattern, spec, target) in ENTRY_FORMS.items():
-        for source in base_probes():
+        for source in sources:
             if not re.search(pattern, source.name):
                 continue
             written = convert(source.model, target_opset=target, for_backend=spec).model

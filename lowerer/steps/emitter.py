@@ -87,6 +87,9 @@ class Emitter:
         self.loop_trips: int | None = None
         #: Fold a DequantizeLinear of constants the target cannot express: the caller's ``fold_dequantize``.
         self.fold_dequantize = False
+        #: The opset the emitted nodes are valid at, where a form writes them at another than ``opset`` (a
+        #: function body at its own opset): the engine takes them on from there. None: ``opset``.
+        self.emitted_at: int | None = None
 
     # -- facts -------------------------------------------------------------------------------
     def version_of(self, op_type: str) -> int | None:

@@ -370,10 +370,10 @@ class StepEngine:
             return self._lower(entry, node, scope, sv, target, facts, conversion, resolution.why, depth)
         if entry.kind in ("rule", "decomposition", "form"):
             rule = self._rule_of(entry.handler, entry.name, pick)
-            made = self._apply_rule(rule, entry.kind, node, scope, sv, target, facts, conversion, resolution.why)
-            if not self.picked_ops:
+            made, at = self._apply_rule(rule, entry.kind, node, scope, sv, target, facts, conversion, resolution.why)
+            if not self.picked_ops and at == target:
                 return made
-            return self._onwards(made, scope, target, target, facts, conversion, depth + 1, lambda n: False)
+            return self._onwards(made, scope, at, target, facts, conversion, depth + 1, lambda n: False)
         if resolution.step is None:  # an op the target lacks, with no body
             raise self._missing(node, scope, sv, target)
         return self._cross(resolution, node, scope, sv, target, facts, conversion, depth)
@@ -487,14 +487,16 @@ class StepEngine:
         return self._onwards(em.nodes, scope, sv, target, facts, conversion, depth)
 
     def _apply_rule(self, rule: Rule, kind: str, node: onnx.NodeProto, scope: Scope, sv: int, target: int,
-                    facts: Facts, conversion: Conversion, why: str) -> list[onnx.NodeProto]:
+                    facts: Facts, conversion: Conversion, why: str) -> tuple[list[onnx.NodeProto], int]:
+        """What ``rule`` writes for ``node``, and the opset that is valid at (``target``, else the ``emitted_at``)."""
         refuse_attribute_references(node, scope, f"{node.op_type}-{sv}", target)
         em = Emitter(node, scope, sv, target, self.names, facts, self.request.decompose)
         rule.rewrite(em)
+        at = target if em.emitted_at is None else em.emitted_at
         conversion.constants.extend(em.constants)
-        conversion.crossings.append(Crossing(kind, rule.name, node.op_type, sv, None, target, why,
+        conversion.crossings.append(Crossing(kind, rule.name, node.op_type, sv, None, at, why,
                                              budgeted=rule.budgeted))
-        return em.nodes
+        return em.nodes, at
 
     def _missing(self, node: onnx.NodeProto, scope: Scope, sv: int, target: int) -> ConversionError:
         op = node.op_type
