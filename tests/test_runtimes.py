@@ -137,6 +137,20 @@ def test_release_of_a_bundling_runtime_is_the_bundled_release() -> None:
     assert witnesses.release_of(witnesses.Witness("onnxruntime-qnn", "2.7.0")) == "2.7.0"
 
 
+def test_a_witness_runs_in_its_own_folder_not_the_users(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """rknn-toolkit2's simulator writes y_*.npy into its current directory: the worker runs in the witness's
+    temporary folder, so nothing lands where the user ran lowerer; a relative LOWERER_WITNESS_PYTHON still starts."""
+    fake = tmp_path / "bin" / "python"
+    fake.parent.mkdir()
+    fake.write_text("#!/bin/sh\ntouch y_0.npy\nexit 3\n", encoding="utf-8")
+    fake.chmod(0o755)
+    monkeypatch.chdir(tmp_path)
+    witness = witnesses.Witness("tract", "0", str(Path("bin") / "python"))
+    with pytest.raises(witnesses.WitnessError, match="status 3"):
+        witness.run(one_node("Relu", 13, None, [2]), {"x": np.zeros(2, np.float32)})
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["bin"]
+
+
 def test_tvm_reads_a_single_shape_output_as_one_output(monkeypatch: pytest.MonkeyPatch) -> None:
     """TVM returns one output as itself and several as an array of them; a Shape output is a shape tuple.
 

@@ -35,7 +35,7 @@ import onnx
 
 from lowerer.backends.runtimes import runtime_of, witnesses_for
 
-__all__ = ["WITNESS_PYTHON", "Ran", "Witness", "WitnessError", "find_witness", "installed_release", "installed_version",
+__all__ = ["WITNESS_PYTHON", "Ran", "Witness", "WitnessError", "executable", "find_witness", "installed_release", "installed_version",
            "release_of", "witness_python"]
 
 _WORKER = Path(__file__).with_name("witness_worker.py")
@@ -128,9 +128,9 @@ class Witness:
                      **arrays)
             wanted = [o.name for o in model.graph.output] if outputs is None else list(outputs)
             (work / "outputs.json").write_text(json.dumps(wanted), encoding="utf-8")
-            args = [self.python, str(_WORKER), "run", self.runtime, str(model_path), str(work / "feeds.npz"),
+            args = [executable(self.python), str(_WORKER), "run", self.runtime, str(model_path), str(work / "feeds.npz"),
                     str(work), str(work / "outputs.json")]
-            self._call(args, timeout)
+            self._call(args, timeout, work)
             error = work / "error.json"
             if error.exists():
                 found = json.loads(error.read_text(encoding="utf-8"))
@@ -142,10 +142,12 @@ class Witness:
                 values = [[np.array(data[f"s{k}_{j}"]) for j in range(count)] for k in range(len(sets))]
             return Ran(values, placement)
 
-    def _call(self, args: list[str], timeout: float) -> None:
+    def _call(self, args: list[str], timeout: float, work: Path) -> None:
+        """The worker run in ``work`` (its current directory: a runtime that writes files there, rknn-toolkit2's
+        ``y_*.npy``, writes them into the witness's temporary folder, never the user's)."""
         try:
             done = subprocess.run(args, capture_output=True, text=True, timeout=timeout, env=_quiet_env(),
-                                  check=False)
+                                  check=False, cwd=work)
         except subprocess.TimeoutExpired:
             raise WitnessError("timeout", self.label, f"{self.label} did not finish within {timeout:g} s") from None
         if done.returncode < 0:
@@ -154,6 +156,11 @@ class Witness:
         if done.returncode != 0:
             raise WitnessError("crash", self.label, f"{self.label} exited with status {done.returncode}"
                                                     f"{_tail(done.stderr)}")
+
+
+def executable(python: str) -> str:
+    """``python`` as the worker is started with it from another directory (a relative path made absolute)."""
+    return os.path.abspath(python) if os.sep in python else python
 
 
 def _quiet_env() -> dict[str, str]:

@@ -295,7 +295,8 @@ def run_batch(witness: Witness, probes: Sequence[Probe]) -> list[list[np.ndarray
             (work / "jobs.json").write_text(json.dumps(jobs[start:]), encoding="utf-8")
             why = ""
             try:
-                done = subprocess.run([witness.python, str(worker), "batch", witness.runtime, str(work / "jobs.json")],
+                done = subprocess.run([witnesses.executable(witness.python), str(worker), "batch", witness.runtime,
+                                       str(work / "jobs.json")], cwd=work,
                                       capture_output=True, text=True, env=witnesses._quiet_env(), check=False,
                                       timeout=_BATCH_SECONDS + 30.0 * (len(jobs) - start))
                 lines = [ln for ln in done.stderr.splitlines() if ln.strip()]
