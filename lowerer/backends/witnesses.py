@@ -35,8 +35,8 @@ import onnx
 
 from lowerer.backends.runtimes import runtime_of, witnesses_for
 
-__all__ = ["WITNESS_PYTHON", "Ran", "Witness", "WitnessError", "executable", "find_witness", "installed_release", "installed_version",
-           "release_of", "witness_python"]
+__all__ = ["WITNESS_PYTHON", "Ran", "Witness", "WitnessError", "executable", "find_witness", "installed_release",
+           "installed_version", "release_of", "witness_python"]
 
 _WORKER = Path(__file__).with_name("witness_worker.py")
 #: Seconds a version query may take (it imports the runtime) and a run may take.
@@ -128,8 +128,8 @@ class Witness:
                      **arrays)
             wanted = [o.name for o in model.graph.output] if outputs is None else list(outputs)
             (work / "outputs.json").write_text(json.dumps(wanted), encoding="utf-8")
-            args = [executable(self.python), str(_WORKER), "run", self.runtime, str(model_path), str(work / "feeds.npz"),
-                    str(work), str(work / "outputs.json")]
+            args = [executable(self.python), str(_WORKER), "run", self.runtime, str(model_path),
+                    str(work / "feeds.npz"), str(work), str(work / "outputs.json")]
             self._call(args, timeout, work)
             error = work / "error.json"
             if error.exists():
@@ -143,8 +143,11 @@ class Witness:
             return Ran(values, placement)
 
     def _call(self, args: list[str], timeout: float, work: Path) -> None:
-        """The worker run in ``work`` (its current directory: a runtime that writes files there, rknn-toolkit2's
-        ``y_*.npy``, writes them into the witness's temporary folder, never the user's)."""
+        """The worker run with ``work`` as its current directory.
+
+        A runtime that writes files there (rknn-toolkit2's ``y_*.npy``) writes them into the witness's temporary
+        folder, never the user's.
+        """
         try:
             done = subprocess.run(args, capture_output=True, text=True, timeout=timeout, env=_quiet_env(),
                                   check=False, cwd=work)
