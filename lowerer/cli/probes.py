@@ -196,6 +196,7 @@ ENTRY_FORMS: dict[str, tuple[str, str, int]] = {
     "last-axis": (r"^Softmax-11-axis[01]$|-shared-axis1$", "rknn==1.6", 11),
     "einsum-diagonal": (r"^Einsum-12-", FORM_SPEC, 17),
     "gelu-mul": (r"^Gelu-20-none-wide$", FORM_SPEC, 17),
+    "expand": (r"^GroupNormalization-21-(dynamic|rank3)$", "qnn==2.6", 21),
 }
 
 
