@@ -18,6 +18,7 @@ from pathlib import Path
 
 import numpy as np
 import onnx
+import onnxruntime as ort
 import pytest
 from onnx import TensorProto, helper
 
@@ -187,9 +188,10 @@ def test_unet_23_group_norms_are_written_as_their_body() -> None:
 
 def test_group_normalization_body_runs_right_on_qnn() -> None:
     """The probe suite's run (CPU fallback off): the original fails (dynamic) or is wrong (rank 3), the body right;
-    unet-23 with the CPU fallback on, the deployment check: equal, every node on the HTP."""
+    unet-23 written for qnn runs whole on the HTP and matches onnxruntime CPU on the original (the fixture's inputs);
+    the deployment check (CPU fallback on) exits 0, departing on ±inf sets only, which the original cannot show."""
     _qnn_or_skip()
-    from lowerer.cli.probes import form_probes, run_probes
+    from lowerer.cli.probes import compare, form_probes, run_probes
 
     witness, why = find_witness("onnxruntime-qnn:htp-only")
     assert witness is not None, why
@@ -199,9 +201,19 @@ def test_group_normalization_body_runs_right_on_qnn() -> None:
     assert got == {"GroupNormalization-21-dynamic": "fails", "GroupNormalization-21-rank3": "wrong",
                    "GroupNormalization-21-static": "right", "GroupNormalization-21-dynamic-expand": "right",
                    "GroupNormalization-21-rank3-expand": "right"}, got
-    deployment = _converted(REAL / "unet.dynamo.opset23.onnx").report.backend["deployment"]
-    # Equal on every finite set; on the ±inf sets the HTP gives NaN where onnxruntime's CPU does not (as for
-    # unet-20's own ops), which the original, failing to load, cannot show: recorded as the runtime's.
+    source = REAL / "unet.dynamo.opset23.onnx"
+    result = _converted(source)
+    with np.load(REAL / "unet.inputs.npz") as data:
+        feeds = {name: data[name] for name in data.files}
+    reference = ort.InferenceSession(str(source), providers=["CPUExecutionProvider"]).run(None, feeds)
+    users, why = find_witness("onnxruntime-qnn")
+    assert users is not None, why
+    ran = users.run_placed(result.model, [feeds])
+    assert compare(reference, ran.values[0], runtimes()["onnxruntime-qnn"].budget)[0]
+    assert ran.placement is not None and ran.placement["on_cpu"] == []
+    deployment = result.report.backend["deployment"]
+    # On the ±inf sets the HTP gives finite values where onnxruntime's CPU gives NaN (it departs there for unet-20's
+    # own ops too), which the original, failing to load, cannot show: recorded as the runtime's.
     assert deployment["status"] == "equal" or (
         deployment["status"] == "differs-as-original" and "inf (x:" in deployment["reason"]), deployment
     assert all(o["worst"]["input_set"].split(" ")[0] in ("inf", "-inf", "nan") for o in deployment["outputs"]
