@@ -134,3 +134,13 @@ def test_every_profile_row_and_entry_cites_a_measured_run(backend: str) -> None:
         assert cited <= set(runs), cited - set(runs)
         for name in cited:  # the run's date is given with it
             assert runs[name]["date"] in item["source"], (name, item["source"])
+
+
+def test_a_run_is_recorded_under_its_runtimes_name() -> None:
+    """A mode of a runtime (onnxruntime-qnn:htp-only) is in the command, not the name; a provider keeps its own."""
+    from lowerer.cli.probes import _record
+
+    qnn = _record(Witness("onnxruntime-qnn:htp-only", "2.7.0"), [], "python -m lowerer.cli.probes", 1e-2)
+    assert qnn["runtime"] == "onnxruntime-qnn" and qnn["version"] == "2.7.0"
+    cuda = _record(Witness("onnxruntime:CUDAExecutionProvider", "1.32.0"), [], "python -m lowerer.cli.probes", 1e-5)
+    assert cuda["runtime"] == "onnxruntime:CUDAExecutionProvider"

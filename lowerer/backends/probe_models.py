@@ -402,7 +402,7 @@ def _limits() -> list[Probe]:
 
 
 def _entry_sources() -> list[Probe]:
-    """The ops whose profile forms write them otherwise: Einsum diagonals (einsum-diagonal), Gelu-20 (gelu-mul)."""
+    """The ops whose profile forms write them otherwise: Einsum diagonals, Gelu-20, GroupNormalization-21."""
     square = np.arange(32, dtype=np.float32).reshape(2, 4, 4) * 1.5 - 20
     p = []
     for label, equation in (("trace", "ii->"), ("diagonal", "ii->i"), ("batch-diagonal", "bii->bi")):
@@ -415,6 +415,23 @@ def _entry_sources() -> list[Probe]:
     model = make_model([helper.make_node("Gelu", ["x"], ["y"])], [("x", _F, x.shape)], [("y", _F)], 20)
     p.append(Probe("Gelu-20-none-wide", "forms", "Gelu-20 approximate=none over [-6, 6] (gelu-mul writes "
                    "Erf(x * 1/sqrt 2))", model, {"x": x}))
+    return p + _group_norms()
+
+
+def _group_norms() -> list[Probe]:
+    """GroupNormalization-21 on a static rank-4 input, a dynamic batch and a rank-3 input (expand writes its body)."""
+    rng = np.random.default_rng(15)
+    p = []
+    for label, shape, dims in (("static", (2, 16, 8, 8), (2, 16, 8, 8)), ("dynamic", (2, 16, 8, 8), ("N", 16, 8, 8)),
+                               ("rank3", (2, 16, 50), (2, 16, 50))):
+        x = (rng.standard_normal(shape) * 3 + 1).astype(np.float32)
+        inits = _consts(scale=np.linspace(0.5, 1.5, 16, dtype=np.float32),
+                        bias=np.linspace(-1, 1, 16, dtype=np.float32))
+        node = helper.make_node("GroupNormalization", ["x", "scale", "bias"], ["y"], num_groups=4, epsilon=1e-5)
+        model = make_model([node], [("x", _F, dims)], [("y", _F)], 21, inits)
+        model.graph.output[0].CopyFrom(helper.make_tensor_value_info("y", _F, list(dims)))  # onnx infers none
+        p.append(Probe(f"GroupNormalization-21-{label}", "forms", f"GroupNormalization-21, 4 groups of 16 channels, "
+                       f"input {'x'.join(map(str, dims))} (expand writes its function body)", model, {"x": x}))
     return p
 
 

@@ -197,6 +197,7 @@ ENTRY_FORMS: dict[str, tuple[str, str, int]] = {
     "einsum-diagonal": (r"^Einsum-12-", FORM_SPEC, 17),
     "gelu-mul": (r"^Gelu-20-none-wide$", FORM_SPEC, 17),
     "attention-scale-after": (r"^Attention-23-(gqa|noncausal)$", "rknn==1.6", 19),
+    "expand": (r"^GroupNormalization-21-(dynamic|rank3)$", "qnn==2.6", 21),
 }
 
 
@@ -363,7 +364,11 @@ def _record(witness: Witness, results: Sequence[Result], command: str, budget: f
     extra = _bundled(witness)
     version = witness.version.split(" (")[0]  # onnxruntime-openvino's "1.24.1 (OpenVINO 2025.4.1)": in "openvino"
     label = witness.label.replace(witness.version, version)
-    return {"runtime": witness.runtime, "version": version, **extra, "label": label,
+    # The runtime's name (onnxruntime-qnn, not onnxruntime-qnn:htp-only: the mode is in the command), as the file
+    # is named; an onnxruntime provider keeps its name (onnxruntime:CUDAExecutionProvider).
+    record = runtime_of(witness.runtime)
+    runtime = record.name if record is not None and record.name != "onnxruntime" else witness.runtime
+    return {"runtime": runtime, "version": version, **extra, "label": label,
             "date": datetime.date.today().isoformat(), "command": command, "reference": f"onnxruntime "
             f"{ort.__version__} CPUExecutionProvider", "budget": budget, "summary": summarize(results),
             "results": {r.name: {k: v for k, v in asdict(r).items() if v not in ("", None, ()) and k != "name"}
