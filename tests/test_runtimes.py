@@ -210,6 +210,17 @@ def test_rotary_embedding_is_written_as_its_body_where_the_runtime_lacks_it(back
     assert [n.op_type for n in kept.graph.node] == ["RotaryEmbedding"]
 
 
+def test_mnn_refuses_isnan_naming_why_its_form_is_wrong_there() -> None:
+    """MNN 3.6.1's converter fails on IsNaN and its Equal(x, x) is true on NaN, so the isnan-equal form OpenVINO
+    2023.0 gets would be wrong there (measured 2026-12-02): refused in one line; --allow-fallback keeps it."""
+    model = one_node("IsNaN", 13, None, [2, 8])
+    with pytest.raises(ConversionError, match=r"^node .*IsNaN-13.*mnn==3\.6 cannot run it: .*true on NaN") as refusal:
+        lowerer.convert(model, for_backend="mnn==3.6", verify=False)
+    assert "\n" not in str(refusal.value)
+    kept = lowerer.convert(model, for_backend="mnn==3.6", verify=False, allow_fallback=True).model
+    assert [n.op_type for n in kept.graph.node] == ["IsNaN"]
+
+
 def test_tvm_keeps_a_topk_10_whose_k_is_one() -> None:
     """TVM 0.27 ignores TopK-10's k (one column comes out): right for a constant k of 1, refused otherwise."""
     def topk(k: int) -> onnx.ModelProto:
