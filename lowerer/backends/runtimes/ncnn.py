@@ -20,6 +20,7 @@ from __future__ import annotations
 import importlib
 import importlib.util
 import os
+import re
 import shutil
 import subprocess
 import tempfile
@@ -39,6 +40,11 @@ BUDGET_SOURCE = "the probe budget (fp16 storage/arithmetic off, pnnx fp16=0: flo
 #: pnnx's input type suffixes (its pnnx/utils/utils.py), by numpy dtype name; others go in as f32.
 _TYPES = {"float64": "f64", "float16": "f16", "uint8": "u8", "int8": "i8", "int16": "i16", "int32": "i32",
           "int64": "i64", "bool": "u8"}
+#: pnnx's "no batch axis" (its ``batch_index=233``).
+NO_BATCH = 233
+#: The batch axes in pnnx's test script (``model_ncnn.py``), per input and output index.
+_BATCH_IN = re.compile(r'ex\.input\("in(\d+)", ncnn\.Mat\(in\d+\.numpy\(\), batch_index=(\d+)\)')
+_BATCH_OUT = re.compile(r'out(\d+)\.numpy\(batch_index=(\d+)\)')
 
 
 def version(param: str) -> dict[str, str]:
@@ -72,12 +78,46 @@ def load(model: str, param: str) -> Any:
     return model, inputs, outputs
 
 
-def _shape(value: Any) -> str:
-    return "[" + ",".join(str(d) for d in value.shape) + "]" + _TYPES.get(value.dtype.name, "f32")
+def _shape(shape: list[int], dtype: Any) -> str:
+    return "[" + ",".join(str(d) for d in shape) + "]" + _TYPES.get(dtype.name, "f32")
+
+
+def _convert(model: str, work: str, shapes: str) -> tuple[str, str, dict[int, int], dict[int, int]]:
+    """The param/bin pnnx writes for ``shapes`` in ``work``, with the batch axis it names per input and output."""
+    done = subprocess.run([_pnnx(), model, f"inputshape={shapes}", "fp16=0", "device=cpu"], cwd=work,
+                          capture_output=True, text=True, check=False)
+    param_path, bin_path = os.path.join(work, "model.ncnn.param"), os.path.join(work, "model.ncnn.bin")
+    if done.returncode != 0 or not os.path.exists(param_path):
+        lines = [ln for ln in (done.stderr + done.stdout).splitlines() if ln.strip()]
+        raise RuntimeError(f"pnnx failed (exit {done.returncode}): {lines[-1] if lines else ''}")
+    script = os.path.join(work, "model_ncnn.py")
+    text = ""
+    if os.path.exists(script):
+        with open(script, encoding="utf-8") as f:
+            text = f.read()
+    axes_in = {int(i): int(a) for i, a in _BATCH_IN.findall(text)}
+    axes_out = {int(i): int(a) for i, a in _BATCH_OUT.findall(text)}
+    return param_path, bin_path, axes_in, axes_out
+
+
+def _samples(feeds: dict[str, Any], inputs: list[str], axes: dict[int, int]) -> int:
+    """The samples along the batch axes pnnx names (1 when it names none); unequal counts raise."""
+    counts = {int(feeds[n].shape[axes[i]]) for i, n in enumerate(inputs)
+              if axes.get(i, NO_BATCH) != NO_BATCH and axes[i] < len(feeds[n].shape)}
+    if len(counts) > 1:
+        raise RuntimeError(f"ncnn runs one sample at a time, and the inputs' batch axes hold {sorted(counts)} samples")
+    return counts.pop() if counts else 1
 
 
 def prepare(loaded: Any, names: list[str] | None, feeds: dict[str, Any], param: str) -> Any:
-    """The model converted by pnnx (fp16=0) with the feeds' shapes, loaded in an fp32 ``ncnn.Net``."""
+    """The model converted by pnnx (fp16=0) with the feeds' shapes, loaded in an fp32 ``ncnn.Net``.
+
+    ncnn's Mat has no batch axis: pnnx drops the one it finds and names it per input and output in the test
+    script it writes (``model_ncnn.py``: ``ncnn.Mat(in0.numpy(), batch_index=0)``, ``out0.numpy(batch_index=0)``;
+    233: none), and the graph it writes is that of one sample (the batch axis left out of every shape). Where an
+    input's batch axis holds more than one sample, :func:`infer` runs the samples one by one, as an application
+    of ncnn does (``Mat(x, batch_index=0)`` of a batch of 2 takes its first sample alone).
+    """
     ncnn = importlib.import_module("ncnn")
     model, inputs, outputs = loaded
     known = [n for n, _ in outputs]
@@ -86,13 +126,9 @@ def prepare(loaded: Any, names: list[str] | None, feeds: dict[str, Any], param: 
         raise RuntimeError(f"ncnn computes only the model's outputs, not {missing[0]!r}")
     work = tempfile.mkdtemp(prefix="lowerer-ncnn-", dir=os.path.dirname(os.path.abspath(model)))
     shutil.copyfile(model, os.path.join(work, "model.onnx"))
-    shapes = ",".join(_shape(feeds[n]) for n in inputs)
-    done = subprocess.run([_pnnx(), "model.onnx", f"inputshape={shapes}", "fp16=0", "device=cpu"], cwd=work,
-                          capture_output=True, text=True, check=False)
-    param_path, bin_path = os.path.join(work, "model.ncnn.param"), os.path.join(work, "model.ncnn.bin")
-    if done.returncode != 0 or not os.path.exists(param_path):
-        lines = [ln for ln in (done.stderr + done.stdout).splitlines() if ln.strip()]
-        raise RuntimeError(f"pnnx failed (exit {done.returncode}): {lines[-1] if lines else ''}")
+    shapes = [list(feeds[n].shape) for n in inputs]
+    param_path, bin_path, axes_in, axes_out = _convert("model.onnx", work, ",".join(
+        _shape(s, feeds[n].dtype) for s, n in zip(shapes, inputs, strict=True)))
     net = ncnn.Net()
     for option in ("use_fp16_packed", "use_fp16_storage", "use_fp16_arithmetic", "use_bf16_storage"):
         setattr(net.opt, option, False)
@@ -100,26 +136,43 @@ def prepare(loaded: Any, names: list[str] | None, feeds: dict[str, Any], param: 
     if net.load_param(param_path) != 0 or net.load_model(bin_path) != 0:
         raise RuntimeError("ncnn could not load pnnx's param/bin")
     wanted = [known.index(n) for n in names] if names else list(range(len(known)))
-    return net, inputs, [(f"out{k}", outputs[k][1]) for k in wanted]
+    return net, inputs, [(f"out{k}", outputs[k][1], axes_out.get(k, NO_BATCH)) for k in wanted], axes_in
 
 
 def infer(prepared: Any, feeds: dict[str, Any], names: list[str] | None, order: list[str]) -> list[Any]:
-    """One input set run (inputs as float32); integer and bool outputs rounded to the model's type."""
+    """One input set run sample by sample along pnnx's batch axes (inputs as float32), the outputs stacked back.
+
+    Integer and bool outputs are rounded to the model's type. An output pnnx names no batch axis for cannot be
+    stacked: more than one sample raises.
+    """
     import numpy as np
 
     ncnn = importlib.import_module("ncnn")
-    net, inputs, outputs = prepared
+    net, inputs, outputs, axes_in = prepared
     present = set(net.input_names())
-    with net.create_extractor() as ex:
-        for i, name in enumerate(inputs):
-            if f"in{i}" in present:
-                value = np.ascontiguousarray(np.asarray(feeds[name]), dtype=np.float32)
-                ex.input(f"in{i}", ncnn.Mat(value, batch_index=233).clone())
-        values = []
-        for blob, dtype in outputs:
-            status, mat = ex.extract(blob)
-            if status != 0:
-                raise RuntimeError(f"ncnn could not compute {blob} (status {status})")
-            value = np.array(mat.numpy(batch_index=233), copy=True)
-            values.append(value if dtype.kind in "fc" else np.rint(value).astype(dtype))
+    samples = _samples(feeds, inputs, axes_in)
+    if samples > 1 and any(axis == NO_BATCH for _, _, axis in outputs):
+        raise RuntimeError(f"ncnn's Mat has no batch axis, and pnnx names none for an output: the {samples} samples "
+                           "cannot be run one by one")
+    parts: list[list[Any]] = [[] for _ in outputs]
+    for s in range(samples):
+        with net.create_extractor() as ex:
+            for i, name in enumerate(inputs):
+                if f"in{i}" not in present:
+                    continue
+                axis = axes_in.get(i, NO_BATCH)
+                value = np.asarray(feeds[name])
+                if axis != NO_BATCH and axis < value.ndim:
+                    value = np.take(value, [s], axis=axis)
+                value = np.ascontiguousarray(value, dtype=np.float32)
+                ex.input(f"in{i}", ncnn.Mat(value, batch_index=axis).clone())
+            for k, (blob, _, axis) in enumerate(outputs):
+                status, mat = ex.extract(blob)
+                if status != 0:
+                    raise RuntimeError(f"ncnn could not compute {blob} (status {status})")
+                parts[k].append(np.array(mat.numpy(batch_index=axis), copy=True))
+    values = []
+    for (_, dtype, axis), got in zip(outputs, parts, strict=True):
+        value = got[0] if samples == 1 else np.concatenate(got, axis=axis)
+        values.append(value if dtype.kind in "fc" else np.rint(value).astype(dtype))
     return values
