@@ -196,6 +196,8 @@ ENTRY_FORMS: dict[str, tuple[str, str, int]] = {
     "last-axis": (r"^Softmax-11-axis[01]$|-shared-axis1$", "rknn==1.6", 11),
     "einsum-diagonal": (r"^Einsum-12-", FORM_SPEC, 17),
     "gelu-mul": (r"^Gelu-20-none-wide$", FORM_SPEC, 17),
+    "gather-slices": (r"^Gather-13-(negative|list|list-2d)$", "ncnn", 17),
+    "where-constant": (r"^Where-16-constant-condition$", "ncnn", 17),
 }
 
 
