@@ -1,10 +1,10 @@
-"""``--for ncnn``: the forms its profile picks, the refusals it says, and the witness's batch handling.
+"""``--for ncnn``: the forms its profile picks, the refusals it says, and the witness's batch axes.
 
 Without ncnn the profile alone is tested: Gather with a constant list of indices is written as Slices
 (``gather-slices``), Attention-23's body has its constant row guard taken as the branch it takes
 (``where-constant``), a Where on a run-time condition is refused in one line, and the witness reads the batch
 axes pnnx names from the script it writes. With ncnn (``LOWERER_WITNESS_PYTHON`` naming a venv that has
-``ncnn`` and ``pnnx``), the written models run there equal, and a batch of 2 is run there sample by sample.
+``ncnn`` and ``pnnx``), the written models run there equal, and so does a fixture at batch 2.
 """
 
 from __future__ import annotations
@@ -110,18 +110,13 @@ def _ncnn_module() -> ModuleType:
 
 
 def test_witness_reads_the_batch_axes_pnnx_names() -> None:
-    """pnnx's test script names each input's and output's batch axis (233: none); samples are counted on them."""
+    """pnnx's test script names each input's and output's batch axis (233: none); the witness reads them."""
     module = _ncnn_module()
     script = ('            ex.input("in0", ncnn.Mat(in0.numpy(), batch_index=0).clone())\n'
               '            ex.input("in1", ncnn.Mat(in1.numpy(), batch_index=233).clone())\n'
               '            out.append(torch.from_numpy(out0.numpy(batch_index=0)))\n')
     assert {int(i): int(a) for i, a in module._BATCH_IN.findall(script)} == {0: 0, 1: 233}
     assert {int(i): int(a) for i, a in module._BATCH_OUT.findall(script)} == {0: 0}
-    feeds = {"a": np.zeros((2, 3, 8, 8), np.float32), "b": np.zeros((5, 4), np.float32)}
-    assert module._samples(feeds, ["a", "b"], {0: 0, 1: 233}) == 2
-    assert module._samples(feeds, ["a", "b"], {0: 233, 1: 233}) == 1
-    with pytest.raises(RuntimeError, match="one sample at a time"):
-        module._samples(feeds, ["a", "b"], {0: 0, 1: 0})
 
 
 def _ncnn_or_skip() -> None:
@@ -130,8 +125,8 @@ def _ncnn_or_skip() -> None:
         pytest.skip(f"ncnn is not installed here: {why}")
 
 
-def test_resnet18_at_batch_2_runs_on_ncnn_sample_by_sample() -> None:
-    """ncnn's Mat has no batch axis: the witness runs each sample, and the fixture at batch 2 matches there."""
+def test_resnet18_at_batch_2_runs_on_ncnn() -> None:
+    """The batch axis pnnx names is the Mat's batch count: the fixture at batch 2 matches there (it did not)."""
     _ncnn_or_skip()
     source = ROOT / "tests" / "fixtures" / "real" / "resnet18.legacy.opset17.onnx"
     with warnings.catch_warnings():

@@ -4,8 +4,9 @@ pnnx is the ``pnnx`` binary its wheel ships (``pnnx model.onnx inputshape=[...]f
 found without importing the ``pnnx`` package (whose ``__init__`` imports torch): install it with
 ``--no-deps``. The input shapes are the first input set's, so the model is converted in ``prepare``.
 pnnx names the inputs ``in0``.. and the outputs ``out0``.. in the model's order, so only the model's
-outputs are computed. ncnn holds every tensor as float32 (Mat, batch axis left out: ``batch_index=233``):
-inputs go in as float32, an integer or bool output comes back rounded to the model's type.
+outputs are computed. ncnn holds every tensor as float32, with the batch axis pnnx names per input and output
+as the Mat's batch count (see :func:`prepare`): inputs go in as float32, an integer or bool output comes back
+rounded to the model's type.
 
 Numbers: ncnn's ``Option`` turns ``use_fp16_packed``, ``use_fp16_storage`` and ``use_fp16_arithmetic``
 on by default (``src/option.cpp`` of Tencent/ncnn; ``use_bf16_storage`` is off), and pnnx stores weights
@@ -100,23 +101,15 @@ def _convert(model: str, work: str, shapes: str) -> tuple[str, str, dict[int, in
     return param_path, bin_path, axes_in, axes_out
 
 
-def _samples(feeds: dict[str, Any], inputs: list[str], axes: dict[int, int]) -> int:
-    """The samples along the batch axes pnnx names (1 when it names none); unequal counts raise."""
-    counts = {int(feeds[n].shape[axes[i]]) for i, n in enumerate(inputs)
-              if axes.get(i, NO_BATCH) != NO_BATCH and axes[i] < len(feeds[n].shape)}
-    if len(counts) > 1:
-        raise RuntimeError(f"ncnn runs one sample at a time, and the inputs' batch axes hold {sorted(counts)} samples")
-    return counts.pop() if counts else 1
-
-
 def prepare(loaded: Any, names: list[str] | None, feeds: dict[str, Any], param: str) -> Any:
     """The model converted by pnnx (fp16=0) with the feeds' shapes, loaded in an fp32 ``ncnn.Net``.
 
-    ncnn's Mat has no batch axis: pnnx drops the one it finds and names it per input and output in the test
+    pnnx leaves the batch axis it finds out of the graph it writes and names it per input and output in the test
     script it writes (``model_ncnn.py``: ``ncnn.Mat(in0.numpy(), batch_index=0)``, ``out0.numpy(batch_index=0)``;
-    233: none), and the graph it writes is that of one sample (the batch axis left out of every shape). Where an
-    input's batch axis holds more than one sample, :func:`infer` runs the samples one by one, as an application
-    of ncnn does (``Mat(x, batch_index=0)`` of a batch of 2 takes its first sample alone).
+    233: none). ncnn's Python Mat takes that axis as its batch count (``Mat.n``: Tencent/ncnn
+    ``python/src/main.cpp``, ``Mat(array, batch_index)`` creates ``n = shape[batch_index]`` Mats of the other
+    dims; ``numpy(batch_index=...)`` stacks them back), and :func:`infer` feeds and reads them so. With 233 for
+    every input, a 4-D image batch became one 4-D Mat where the graph takes 3-D samples: wrong at batch 1 too.
     """
     ncnn = importlib.import_module("ncnn")
     model, inputs, outputs = loaded
@@ -140,39 +133,25 @@ def prepare(loaded: Any, names: list[str] | None, feeds: dict[str, Any], param: 
 
 
 def infer(prepared: Any, feeds: dict[str, Any], names: list[str] | None, order: list[str]) -> list[Any]:
-    """One input set run sample by sample along pnnx's batch axes (inputs as float32), the outputs stacked back.
+    """One input set run as pnnx's script runs it: each input's batch axis as the Mat's batch (inputs as float32).
 
-    Integer and bool outputs are rounded to the model's type. An output pnnx names no batch axis for cannot be
-    stacked: more than one sample raises.
+    Integer and bool outputs are rounded to the model's type.
     """
     import numpy as np
 
     ncnn = importlib.import_module("ncnn")
     net, inputs, outputs, axes_in = prepared
     present = set(net.input_names())
-    samples = _samples(feeds, inputs, axes_in)
-    if samples > 1 and any(axis == NO_BATCH for _, _, axis in outputs):
-        raise RuntimeError(f"ncnn's Mat has no batch axis, and pnnx names none for an output: the {samples} samples "
-                           "cannot be run one by one")
-    parts: list[list[Any]] = [[] for _ in outputs]
-    for s in range(samples):
-        with net.create_extractor() as ex:
-            for i, name in enumerate(inputs):
-                if f"in{i}" not in present:
-                    continue
-                axis = axes_in.get(i, NO_BATCH)
-                value = np.asarray(feeds[name])
-                if axis != NO_BATCH and axis < value.ndim:
-                    value = np.take(value, [s], axis=axis)
-                value = np.ascontiguousarray(value, dtype=np.float32)
-                ex.input(f"in{i}", ncnn.Mat(value, batch_index=axis).clone())
-            for k, (blob, _, axis) in enumerate(outputs):
-                status, mat = ex.extract(blob)
-                if status != 0:
-                    raise RuntimeError(f"ncnn could not compute {blob} (status {status})")
-                parts[k].append(np.array(mat.numpy(batch_index=axis), copy=True))
-    values = []
-    for (_, dtype, axis), got in zip(outputs, parts, strict=True):
-        value = got[0] if samples == 1 else np.concatenate(got, axis=axis)
-        values.append(value if dtype.kind in "fc" else np.rint(value).astype(dtype))
+    with net.create_extractor() as ex:
+        for i, name in enumerate(inputs):
+            if f"in{i}" in present:
+                value = np.ascontiguousarray(np.asarray(feeds[name]), dtype=np.float32)
+                ex.input(f"in{i}", ncnn.Mat(value, batch_index=axes_in.get(i, NO_BATCH)).clone())
+        values = []
+        for blob, dtype, axis in outputs:
+            status, mat = ex.extract(blob)
+            if status != 0:
+                raise RuntimeError(f"ncnn could not compute {blob} (status {status})")
+            value = np.array(mat.numpy(batch_index=axis), copy=True)
+            values.append(value if dtype.kind in "fc" else np.rint(value).astype(dtype))
     return values
