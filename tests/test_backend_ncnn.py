@@ -89,16 +89,17 @@ def test_attention_with_a_run_time_mask_is_refused_for_ncnn_in_one_line() -> Non
     assert "\n" not in text and text.startswith("node ") and "(Where-16" in text and "torch.where" in text, text
 
 
-def test_where_on_constants_and_equal_on_constants_are_not_refused_for_ncnn() -> None:
-    """A Where whose condition is a constant all true becomes its first branch; the profile says so."""
-    graph = helper.make_graph([helper.make_node("Where", ["c", "x", "z"], ["y"])], "w",
+def test_where_on_a_constant_condition_is_its_branch_for_ncnn() -> None:
+    """A Where whose condition is a constant all true becomes its first branch (an Identity), not refused."""
+    nodes = [helper.make_node("Add", ["x", "x"], ["s"]), helper.make_node("Where", ["c", "s", "z"], ["y"])]
+    graph = helper.make_graph(nodes, "w",
                               [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 3])],
                               [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, 3])],
                               [numpy_helper.from_array(np.ones((1, 3), np.bool_), "c"),
                                numpy_helper.from_array(np.zeros((1,), np.float32), "z")])
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 16)], ir_version=8)
     result = lowerer.convert(model, for_backend="ncnn")
-    assert [n.op_type for n in result.model.graph.node] == ["Identity"]
+    assert [n.op_type for n in result.model.graph.node] == ["Add", "Identity"]
 
 
 def _ncnn_module() -> ModuleType:
