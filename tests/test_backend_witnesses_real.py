@@ -53,15 +53,7 @@ def test_example_for_backend_runs_there(name: str) -> None:
     _converts_and_matches(ROOT / "examples" / "example_opset11.onnx", record.backends[0], record.judges_changes)
 
 
-#: Runtimes where a body lowerer writes is known not to load and the profile cannot refuse it (the node is expanded
-#: below the runtime's opset whatever an entry says): the deployment check fails the conversion (exit 1) there.
-_BODIES_FAIL = {"ncnn": "Attention-23's body at opset 17 does not load on ncnn 1.0.20261020 (pnnx writes a layer ncnn "
-                        "lacks); the deployment check exits 1"}
-
-
-@pytest.mark.parametrize("name", [
-    pytest.param(r.name, marks=pytest.mark.xfail(reason=_BODIES_FAIL[r.name], strict=True)) if r.name in _BODIES_FAIL
-    else r.name for r in RUNTIMES])
+@pytest.mark.parametrize("name", [r.name for r in RUNTIMES])
 def test_expansion_bodies_for_backend_run_there(name: str) -> None:
     _witness_or_skip(name)
     for build in EXPANSIONS.values():

@@ -83,11 +83,14 @@ REWRITES: dict[str, str] = {
     "einsum-diagonal": "Einsum with a letter repeated in an operand -> its diagonal by Gather, then Einsum over it",
     "attention-scale-after": "Attention -> its function body with the scale applied to Q K^T (MatMul, then Mul), "
                              "not sqrt(scale) to Q and to K^T",
+    "gather-slices": "Gather with constant indices (rank >= 1) -> one Slice per index, concatenated along the axis",
+    "where-constant": "Where with a constant condition all true or all false -> the branch it takes (Expand where "
+                      "the output is broadcast larger)",
 }
 
 _CONDITIONS = frozenset({"attribute", "attribute_in", "attributes_present", "dtypes", "not_dtypes", "literal_inputs",
                          "input_values_outside", "rank_not", "axis_not_last", "dynamic_shape", "axis_size_dynamic",
-                         "repeated_letters", "empty_guard"})
+                         "repeated_letters", "empty_guard", "constant_inputs"})
 _ENTRY_KEYS = frozenset({"op", "ops", "versions", "when", "rewrite", "why", "source", "confirmed", "note",
                          "backend_versions", "departure"})
 _AXIS_OPS = frozenset({"Hardmax", "Softmax", "LogSoftmax"})
@@ -562,6 +565,21 @@ def _check_input_values_outside(node: onnx.NodeProto, version: int, facts: Facts
     return False
 
 
+def _check_constant_inputs(node: onnx.NodeProto, version: int, facts: Facts, value: Any) -> bool:
+    """Whether every listed input present is provably constant (a literal, or folded), as ``value`` says.
+
+    ``{"inputs": [0], "constant": true}``: input 0 is provably constant; ``"min_rank": 1`` with ``true``: and
+    each such constant has a rank of at least 1.
+    """
+    found = True
+    for index in value["inputs"]:
+        if index < len(node.input) and node.input[index]:
+            known = facts.value(node.input[index])
+            found = found and known is not None and np.asarray(known).dtype != object and \
+                np.asarray(known).ndim >= int(value.get("min_rank", 0))
+    return found == bool(value["constant"])
+
+
 def _check_rank_not(node: onnx.NodeProto, version: int, facts: Facts, value: Any) -> bool:
     """The first input's rank is not the one given (unknown: yes)."""
     rank = facts.rank(node.input[0]) if node.input else None
@@ -642,6 +660,7 @@ _CHECKS = {
     "axis_size_dynamic": _check_axis_size_dynamic,
     "repeated_letters": _check_repeated_letters,
     "empty_guard": _check_empty_guard,
+    "constant_inputs": _check_constant_inputs,
 }
 
 
@@ -672,5 +691,8 @@ def _describe_condition(name: str, value: Any) -> str:
         return "with a dynamic size along the axis" if value else ""
     if name == "empty_guard":
         return "an empty-input guard" if value else "other than an empty-input guard"
+    if name == "constant_inputs":
+        shown = ", ".join(map(str, value["inputs"]))
+        return f"with input(s) {shown} {'provably constant' if value['constant'] else 'computed at run time'}"
     return ""
 

@@ -198,6 +198,8 @@ ENTRY_FORMS: dict[str, tuple[str, str, int]] = {
     "gelu-mul": (r"^Gelu-20-none-wide$", FORM_SPEC, 17),
     "attention-scale-after": (r"^Attention-23-(gqa|noncausal)$", "rknn==1.6", 19),
     "expand": (r"^GroupNormalization-21-(dynamic|rank3)$", "qnn==2.6", 21),
+    "gather-slices": (r"^Gather-13-(negative|list|list-2d)$", "ncnn", 17),
+    "where-constant": (r"^Where-16-constant-condition$", "ncnn", 17),
 }
 
 

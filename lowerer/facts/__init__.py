@@ -21,7 +21,7 @@ import onnx
 import onnx.shape_inference
 
 from lowerer.core.opsets import since_version
-from lowerer.facts.constants import ConstantIndex, ShapeEntry, node_shape_entries
+from lowerer.facts.constants import ConstantIndex, ShapeEntry, fold_made, node_shape_entries
 from lowerer.facts.made_shapes import made_symbols
 from lowerer.facts.shapes import ShapeIndex
 from lowerer.facts.value_types import ValueType, type_proto, type_string, value_type
@@ -49,6 +49,9 @@ class Facts:
         self._producers: dict[str, tuple[onnx.NodeProto, int]] = {}
         self._spelled: dict[str, str] = {}
         self._non_negative: set[str] = set()
+        #: Values of made nodes' outputs folded from constant inputs (None: not constant), and the folding depth.
+        self._folded: dict[str, np.ndarray | None] = {}
+        self._depth = 0
 
     # -- new values --------------------------------------------------------------------------
     def add_constant(self, name: str, value: np.ndarray, elem_type: int) -> None:
@@ -61,6 +64,7 @@ class Facts:
         for o in node.output:
             if o:
                 self._producers[o] = (node, opset)
+                self._folded.pop(o, None)
 
     def add_type(self, name: str, value_type: ValueType) -> None:
         """Record the type of a value the conversion made known (a body input a call site types)."""
@@ -182,8 +186,23 @@ class Facts:
         if name in self._values:
             return self._values[name]
         if name in self._producers:
-            return None
+            return self._made_value(name)
         return self._constants.value(self.scope, name)
+
+    def _made_value(self, name: str) -> np.ndarray | None:
+        """A made node's output folded from its constant inputs (as :class:`ConstantIndex` folds), or None."""
+        if name in self._folded:
+            return self._folded[name]
+        if self._depth > 16:
+            return None
+        node, opset = self._producers[name]
+        self._depth += 1
+        try:
+            found = fold_made(node, opset, name, self.value)
+        finally:
+            self._depth -= 1
+        self._folded[name] = found
+        return found
 
     def is_literal(self, name: str) -> bool:
         """Whether ``name`` is a literal constant (:meth:`ConstantIndex.is_literal`); constants made here count."""

@@ -19,7 +19,8 @@ from lowerer.model_io.node_attributes import int_attribute
 from lowerer.model_io.scopes import Scope
 from lowerer.model_io.tensor_data import read_array
 
-__all__ = ["MAX_FOLDED_ELEMENTS", "ConstantIndex", "ShapeEntry", "constant_node_value", "node_shape_entries"]
+__all__ = ["MAX_FOLDED_ELEMENTS", "ConstantIndex", "ShapeEntry", "constant_node_value", "fold_made",
+           "node_shape_entries"]
 
 logger = logging.getLogger(__name__)
 
@@ -276,6 +277,28 @@ def node_shape_entries(node: onnx.NodeProto, rank_of: Callable[[str], int | None
                 for k, b in enumerate(bounds)):
         return None
     return data[int(bounds[0].reshape(-1)[0]):int(bounds[1].reshape(-1)[0])]
+
+
+def fold_made(node: onnx.NodeProto, opset: int, name: str,
+              value_of: Callable[[str], np.ndarray | None]) -> np.ndarray | None:
+    """The value of output ``name`` of a node the conversion made, when its op folds and its inputs are constant.
+
+    The same ops and size limit as :class:`ConstantIndex` (``Shape`` aside: its dims are the caller's); None
+    otherwise.
+    """
+    if node.domain not in ("", "ai.onnx"):
+        return None
+    if node.op_type == "Constant":
+        return constant_node_value(node)
+    if node.op_type not in _FOLDABLE:
+        return None
+    inputs: list[np.ndarray | None] = []
+    for i in node.input:
+        v = value_of(i) if i else None
+        if i and (v is None or v.size > MAX_FOLDED_ELEMENTS):
+            return None
+        inputs.append(v)
+    return _fold(node, inputs, opset, list(node.output).index(name))
 
 
 def _fold(node: onnx.NodeProto, inputs: list[np.ndarray | None], opset: int | None, index: int) -> np.ndarray | None:

@@ -10,7 +10,7 @@ here registers nothing: ``tests/test_registry.py`` checks every module of the pa
 * backend forms: :mod:`.backend_forms` (``argmax-flip``, ``last-axis``, ``constant-inputs``), :mod:`.topk_forms`
   (``argmax-topk``, ``hardmax-topk``, ``shape-slice``), :mod:`.reduce_forms` (``argmax-reduce``, ``hardmax-reduce``),
   :mod:`.einsum` (``einsum-diagonal``), :mod:`.backend_forms` (``gelu-mul``, ``gelu-tanh-cube``,
-  ``attention-scale-after``);
+  ``attention-scale-after``, ``where-constant``, ``gather-slices``);
 * lowerings (ops with no function body written with older ops, for targets that lack them): :mod:`.trilu`,
   :mod:`.mod`, :mod:`.cumsum`, :mod:`.constant_of_shape`, :mod:`.gather_elements`, :mod:`.einsum`,
   :mod:`.expand_where`, :mod:`.deform_conv`, GridSample-16's in :mod:`.grid_sample` (beside its 16 ↔ 20
@@ -58,11 +58,13 @@ from lowerer.rules.argmax import ArgExtremumRule
 from lowerer.rules.backend_forms import (
     AttentionScaleAfterForm,
     ConstantInputsForm,
+    GatherSlicesForm,
     GeluMulForm,
     GeluTanhCubeForm,
     IsNaNEqualForm,
     LastAxisForm,
     SelectLastIndexForm,
+    WhereConstantForm,
 )
 from lowerer.rules.einsum import EinsumDiagonalForm
 from lowerer.rules.global_max_pool import GlobalMaxPoolDecomposition
@@ -91,4 +93,6 @@ REGISTRY.form("einsum-diagonal", ("Einsum",), EinsumDiagonalForm)
 REGISTRY.form("gelu-mul", ("Gelu",), GeluMulForm)
 REGISTRY.form("gelu-tanh-cube", ("Gelu",), GeluTanhCubeForm)
 REGISTRY.form("attention-scale-after", ("Attention",), AttentionScaleAfterForm)
+REGISTRY.form("where-constant", ("Where",), WhereConstantForm)
+REGISTRY.form("gather-slices", ("Gather",), GatherSlicesForm)
 REGISTRY.seal()

@@ -19,7 +19,11 @@ expansion they are the forms of :data:`lowerer.backends.profile.REWRITES`:
 * :class:`GeluTanhCubeForm` (``gelu-tanh-cube``): Gelu-20 (``approximate="tanh"``) as its function body with
   ``x * x * x`` for ``Pow(x, 3)``;
 * :class:`AttentionScaleAfterForm` (``attention-scale-after``): Attention (23, 24) as its function body with
-  the scale applied to ``Q Kᵀ`` (one Mul after the MatMul), not ``sqrt(scale)`` to ``Q`` and to ``Kᵀ``.
+  the scale applied to ``Q Kᵀ`` (one Mul after the MatMul), not ``sqrt(scale)`` to ``Q`` and to ``Kᵀ``;
+* :class:`WhereConstantForm` (``where-constant``): Where whose condition is a constant all true or all false as
+  the branch it takes;
+* :class:`GatherSlicesForm` (``gather-slices``): Gather with constant indices (rank >= 1) as one Slice per index,
+  concatenated along the axis.
 """
 
 from __future__ import annotations
@@ -36,8 +40,8 @@ from lowerer.rules.argmax import ArgExtremumRule
 from lowerer.rules.hardmax import CoercedAxisRule, read_axis_meaning
 from lowerer.steps.emitter import Emitter, Rule, normalize_axis
 
-__all__ = ["AttentionScaleAfterForm", "ConstantInputsForm", "GeluMulForm", "GeluTanhCubeForm", "IsNaNEqualForm",
-           "LastAxisForm", "SelectLastIndexForm"]
+__all__ = ["AttentionScaleAfterForm", "ConstantInputsForm", "GatherSlicesForm", "GeluMulForm", "GeluTanhCubeForm",
+           "IsNaNEqualForm", "LastAxisForm", "SelectLastIndexForm", "WhereConstantForm"]
 
 
 class SelectLastIndexForm(ArgExtremumRule):
@@ -267,6 +271,91 @@ class GeluTanhCubeForm(Rule):
         phi = em.op("Sum", [em.const(np.array(1, dtype), "one"), em.op("Tanh", [em.op("Mul", [root, inner])])])
         half = em.op("Mul", [em.const(np.array(0.5, dtype), "half"), x])
         em.op("Mul", [half, phi], list(node.output))
+
+
+class WhereConstantForm(Rule):
+    """``Where(c, a, b)`` whose condition ``c`` is provably constant and all true (all false) → ``a`` (``b``), exactly.
+
+    ncnn has no Where layer (pnnx writes ``torch.where``, measured); Attention-23's body guards fully masked rows
+    with ``Where(ReduceMax(bias) == -inf, 0, Softmax(...))``, whose condition folds to a constant all false when
+    the bias is a constant (a causal mask or none). The branch passes through ``Identity`` where its shape is the
+    output's, else ``Expand`` to the output's static shape; a mixed condition, or a broadcast output shape not
+    static, is refused.
+    """
+
+    name = "where-constant"
+    op_types = ("Where",)
+    versions = (9, 16)
+    decomposition = "where-constant"
+
+    def rewrite(self, em: Emitter) -> None:
+        """Emit the branch the constant condition takes."""
+        node = em.node
+        cond = em.constant(node.input[0])
+        if cond is None or np.asarray(cond).dtype == object or np.asarray(cond).size == 0 or \
+                len(set(np.asarray(cond).astype(bool).ravel().tolist())) != 1:
+            em.refuse("the where-constant form needs a condition that is a constant all true or all false")
+        taken = node.input[1] if bool(np.asarray(cond).ravel()[0]) else node.input[2]
+        out, branch = em.dims(node.output[0]), em.dims(taken)
+        if out is not None and branch is not None and list(out) == list(branch) and None not in out:
+            em.op("Identity", [taken], list(node.output))
+            return
+        if out is None or None in out:
+            em.refuse("the where-constant form needs the output's shape static where the taken branch is broadcast")
+        em.op("Expand", [taken, em.const(np.array(out, np.int64), "shape")], list(node.output))
+
+
+class GatherSlicesForm(Rule):
+    """``Gather`` with constant indices of rank >= 1 → one ``Slice`` of length 1 per index, concatenated, exactly.
+
+    pnnx writes a Gather whose indices are a constant list as one select of a single index (the axis dropped:
+    an output of shape (2, 3) for (2, 3, 3)), whatever their sign, and fails on a 2-D list; a scalar index is
+    right there (measured). Each index ``i`` is ``Slice(x, [i], [i + 1], [axis])`` (``-1`` up to the int64
+    maximum), the parts concatenated along the axis; indices of rank >= 2 are then reshaped to
+    ``x.shape[:axis] + indices.shape + x.shape[axis + 1:]`` (static dims after the axis needed). An index out of
+    ``[-dim, dim)`` over a static dim is refused (the original fails on it); Slice needs opset >= 10.
+    """
+
+    name = "gather-slices"
+    op_types = ("Gather",)
+    versions = (1, 11, 13)
+    decomposition = "gather-slices"
+
+    def rewrite(self, em: Emitter) -> None:
+        """Emit the slices of ``em.node``'s constant indices, concatenated."""
+        node = em.node
+        x, indices = node.input[0], em.constant(node.input[1])
+        if indices is None or np.asarray(indices).dtype == object:
+            em.refuse("the gather-slices form needs the indices constant")
+        assert indices is not None
+        values = np.asarray(indices).astype(np.int64)
+        if values.ndim == 0 or values.size == 0:
+            em.refuse("the gather-slices form writes a non-empty list of indices (a scalar index is Gather's own)")
+        if (em.version_of("Slice") or 0) < 10:
+            em.refuse("the gather-slices form writes Slice with inputs (opset >= 10)")
+        rank = em.require_rank(x, "to place the axis")
+        axis = normalize_axis(int_attribute(node, "axis", 0) or 0, rank)
+        dims = em.dims(x)
+        size = dims[axis] if dims is not None else None
+        if size is not None and ((values < -size) | (values >= size)).any():
+            em.refuse(f"an index is outside [-{size}, {size}) along axis {axis} (the original fails on it)")
+        axes = em.const(np.array([axis], np.int64), "axes")
+        top = np.iinfo(np.int64).max
+        parts = [em.op("Slice", [x, em.const(np.array([i], np.int64), "start"),
+                                 em.const(np.array([top if i == -1 else i + 1], np.int64), "end"), axes])
+                 for i in values.ravel().tolist()]
+        if values.ndim == 1:
+            if len(parts) == 1:
+                em.op("Identity", parts, list(node.output))
+            else:
+                em.op("Concat", parts, list(node.output), axis=axis)
+            return
+        after = dims[axis + 1:] if dims is not None else [None]
+        if None in after:
+            em.refuse("the gather-slices form reshapes indices of rank >= 2 and needs the dims after the axis static")
+        joined = parts[0] if len(parts) == 1 else em.op("Concat", parts, axis=axis)
+        shape = [0] * axis + list(values.shape) + [int(d) for d in after if d is not None]
+        em.op("Reshape", [joined, em.const(np.array(shape, np.int64), "shape")], list(node.output))
 
 
 def _gelu_input(em: Emitter, form: str, approximate: str, types: frozenset[int], op: str, said: str) -> np.dtype[Any]:
