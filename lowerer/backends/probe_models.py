@@ -265,6 +265,24 @@ def _filled_and_split(add: Callable[..., None]) -> None:
         _consts(sp=np.array([2, 0, 2], np.int64)))
 
 
+def _gathers_and_wheres(add: Callable[..., None]) -> None:
+    """Gather over constant indices (negative, a list, a 2-D list, a scalar); Where (constant condition, broadcast)."""
+    n = helper.make_node
+    add("Gather-13-negative", "Gather with negative indices", [n("Gather", ["x", "g"], ["y"], axis=2)], 13,
+        _consts(g=np.array([-1, 0, -4], np.int64)))
+    add("Gather-13-list", "Gather with a constant list of non-negative indices",
+        [n("Gather", ["x", "g"], ["y"], axis=1)], 13, _consts(g=np.array([2, 0], np.int64)))
+    add("Gather-13-list-2d", "Gather with a constant 2-D list of indices", [n("Gather", ["x", "g"], ["y"], axis=2)],
+        13, _consts(g=np.array([[3, 0], [1, -2]], np.int64)))
+    add("Gather-13-scalar-negative", "Gather with a constant scalar index -1", [n("Gather", ["x", "g"], ["y"], axis=2)],
+        13, _consts(g=np.array(-1, np.int64)))
+    add("Where-16-constant-condition", "Where whose condition is a constant all false (Attention-23's guard)",
+        [n("Add", ["x", "x"], ["s"]), n("Where", ["c", "z", "s"], ["y"])], 16,
+        _consts(c=np.zeros((3, 1), np.bool_), z=np.array([0.0], np.float32)))
+    add("Where-16", "Where broadcast", [n("Greater", ["x", "c"], ["b"]), n("Where", ["b", "x", "c"], ["y"])], 16,
+        _consts(c=np.array([1.0], np.float32)))
+
+
 def _forms() -> list[Probe]:
     """The ops lowerer's rewrites write (one-hot, iota, reshapes, control flow)."""
     x = ties((2, 3, 4), 5)
@@ -306,19 +324,7 @@ def _forms() -> list[Probe]:
         [n("Slice", ["x", "st", "en", "ax", "sp"], ["y"])], 13,
         _consts(st=np.array([-1, 0], np.int64), en=np.array([-1000, 100], np.int64), ax=np.array([2, 1], np.int64),
                 sp=np.array([-1, 2], np.int64)))
-    add("Gather-13-negative", "Gather with negative indices", [n("Gather", ["x", "g"], ["y"], axis=2)], 13,
-        _consts(g=np.array([-1, 0, -4], np.int64)))
-    add("Gather-13-list", "Gather with a constant list of non-negative indices",
-        [n("Gather", ["x", "g"], ["y"], axis=1)], 13, _consts(g=np.array([2, 0], np.int64)))
-    add("Gather-13-list-2d", "Gather with a constant 2-D list of indices", [n("Gather", ["x", "g"], ["y"], axis=2)],
-        13, _consts(g=np.array([[3, 0], [1, -2]], np.int64)))
-    add("Gather-13-scalar-negative", "Gather with a constant scalar index -1", [n("Gather", ["x", "g"], ["y"], axis=2)],
-        13, _consts(g=np.array(-1, np.int64)))
-    add("Where-16-constant-condition", "Where whose condition is a constant all false (Attention-23's guard)",
-        [n("Add", ["x", "x"], ["s"]), n("Where", ["c", "z", "s"], ["y"])], 16,
-        _consts(c=np.zeros((3, 1), np.bool_), z=np.array([0.0], np.float32)))
-    add("Where-16", "Where broadcast", [n("Greater", ["x", "c"], ["b"]), n("Where", ["b", "x", "c"], ["y"])], 16,
-        _consts(c=np.array([1.0], np.float32)))
+    _gathers_and_wheres(add)
     add("Range-11", "Range(0, 7, 2) cast", [n("Range", ["a", "b", "d"], ["r"]), n("Cast", ["r"], ["y"], to=_F)],
         11, _consts(a=np.array(0, np.int64), b=np.array(7, np.int64), d=np.array(2, np.int64)),
         feeds={})
