@@ -149,7 +149,7 @@ def _gridsample(mode: str, rank: int = 4, before: str | None = None, constant_gr
     dims = [1, 2, 5, 6, 7][:rank]
     x = helper.make_tensor_value_info("x", TensorProto.FLOAT, dims)
     y = helper.make_tensor_value_info("y", TensorProto.FLOAT, [None] * rank)
-    grid_dims = [1, 3, 4, 2][:rank - 1] + [rank - 2]
+    grid_dims = [*[1, 3, 4, 2][:rank - 1], rank - 2]
     nodes, inputs, source = [], [x], "x"
     if before is not None:
         nodes.append(helper.make_node(before, ["x"], ["b"]))
@@ -179,7 +179,8 @@ def test_gridsample_20_for_onnxruntime_openvino_where_its_provider_takes_it(mode
     else:
         with pytest.raises(ConversionError) as e:
             lowerer.convert(taken, for_backend="openvino==2025.4", verify=False)
-        assert "\n" not in str(e.value) and "'gs' (GridSample-20" in str(e.value) and "--target-opset 19" in str(e.value)
+        said = str(e.value)
+        assert "\n" not in said and "'gs' (GridSample-20" in said and "--target-opset 19" in said
     with pytest.raises(ConversionError) as e:  # X of rank 5: OpenVINO's GridSample is 4-D only, and so is GridSample-16
         lowerer.convert(_gridsample(mode, rank=5, before="Relu"), for_backend="openvino==2025.4", verify=False)
     assert "\n" not in str(e.value) and "'gs' (GridSample-20" in str(e.value) and "no option makes" in str(e.value)
