@@ -186,6 +186,10 @@ def test_gridsample_20_for_onnxruntime_openvino_where_its_provider_takes_it(mode
     assert "\n" not in str(e.value) and "'gs' (GridSample-20" in str(e.value) and "no option makes" in str(e.value)
     for other in ("openvino==2024.0", "openvino==2026.4"):  # the entries are onnxruntime-openvino's alone
         assert lowerer.convert(taken, for_backend=other, verify=False).model is not None
+    for rank5 in (_gridsample(mode, rank=5), _gridsample(mode, rank=5, before="Relu")):  # OpenVINO 2026.4: 4-D only
+        with pytest.raises(ConversionError) as e:
+            lowerer.convert(rank5, for_backend="openvino==2026.4", verify=False)
+        assert "'gs' (GridSample-20" in str(e.value) and "4D" in str(e.value)
 
 
 def test_gelu_tanh_without_pow_for_ncnn_within_its_budget() -> None:
