@@ -112,7 +112,8 @@ def test_gelu_as_mul_form_for_openvino_2023_within_its_budget() -> None:
 
 def test_onnxruntime_openvino_compile_failures_expanded_or_refused_in_one_line() -> None:
     """onnxruntime-openvino 1.24.1 (``openvino==2025.4``) takes and then fails Attention-23 (expanded here),
-    ScatterND with a reduction and GridSample-20 linear (refused, naming the opset that runs where one does)."""
+    ScatterND with a reduction and GridSample-20 linear in a model of more than one node (refused, naming the opset
+    that runs where one does; see test_gridsample_20_for_onnxruntime_openvino_where_its_provider_takes_it)."""
     q = helper.make_tensor_value_info("q", TensorProto.FLOAT, [1, 2, 4, 8])
     y = helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 2, 4, 8])
     attention = helper.make_model(helper.make_graph([helper.make_node("Attention", ["q", "q", "q"], ["y"])], "g",
@@ -124,7 +125,8 @@ def test_onnxruntime_openvino_compile_failures_expanded_or_refused_in_one_line()
     x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 2, 5, 6])
     grid = helper.make_tensor_value_info("g", TensorProto.FLOAT, [1, 3, 4, 2])
     sampled = helper.make_tensor_value_info("s", TensorProto.FLOAT, [1, 2, 3, 4])
-    gridsample = helper.make_model(helper.make_graph([helper.make_node("GridSample", ["x", "g"], ["s"], name="gs")],
+    gridsample = helper.make_model(helper.make_graph([helper.make_node("Relu", ["x"], ["r"]),
+                                                      helper.make_node("GridSample", ["r", "g"], ["s"], name="gs")],
                                                      "g", [x, grid], [sampled]),
                                    opset_imports=[helper.make_opsetid("", 20)])
     with pytest.raises(ConversionError) as e:
@@ -140,6 +142,54 @@ def test_onnxruntime_openvino_compile_failures_expanded_or_refused_in_one_line()
     with pytest.raises(ConversionError) as e:
         lowerer.convert(scatter, for_backend="openvino==2025.4", verify=False)
     assert "\n" not in str(e.value) and "'sc' (ScatterND-18" in str(e.value) and "no option makes" in str(e.value)
+
+
+def _gridsample(mode: str, rank: int = 4, before: str | None = None, constant_grid: bool = False) -> onnx.ModelProto:
+    """GridSample-20 on X of ``rank`` (after a ``before`` node when given), the grid an input or a Constant node."""
+    dims = [1, 2, 5, 6, 7][:rank]
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, dims)
+    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, [None] * rank)
+    grid_dims = [*[1, 3, 4, 2][:rank - 1], rank - 2]
+    nodes, inputs, source = [], [x], "x"
+    if before is not None:
+        nodes.append(helper.make_node(before, ["x"], ["b"]))
+        source = "b"
+    if constant_grid:
+        grid = np.linspace(-1.2, 1.2, int(np.prod(grid_dims)), dtype=np.float32).reshape(grid_dims)
+        nodes.append(helper.make_node("Constant", [], ["g"], value=onnx.numpy_helper.from_array(grid)))
+    else:
+        inputs.append(helper.make_tensor_value_info("g", TensorProto.FLOAT, grid_dims))
+    nodes.append(helper.make_node("GridSample", [source, "g"], ["y"], name="gs", mode=mode))
+    return helper.make_model(helper.make_graph(nodes, "g", inputs, [y]), opset_imports=[helper.make_opsetid("", 20)],
+                             ir_version=9)
+
+
+@pytest.mark.parametrize("mode", ["linear", "cubic", "nearest"])
+def test_gridsample_20_for_onnxruntime_openvino_where_its_provider_takes_it(mode: str) -> None:
+    """Measured on onnxruntime-openvino 1.24.1: its provider fails GridSample-20 linear/cubic (any X) and any mode on X
+    not 4-D wherever it takes the node; it takes none of a model whose only node is the GridSample (onnxruntime's CPU
+    provider runs it, right), so such a model is written as it is (a Constant grid is an initializer there)."""
+    for sole in (_gridsample(mode), _gridsample(mode, constant_grid=True), _gridsample(mode, rank=5)):
+        out = lowerer.convert(sole, for_backend="openvino==2025.4", verify=False).model
+        assert [n.op_type for n in out.graph.node if n.op_type != "Constant"] == ["GridSample"]
+    taken = _gridsample(mode, before="Relu")
+    if mode == "nearest":  # runs right where the provider takes it (4-D)
+        out = lowerer.convert(taken, for_backend="openvino==2025.4", verify=False).model
+        assert [n.op_type for n in out.graph.node] == ["Relu", "GridSample"]
+    else:
+        with pytest.raises(ConversionError) as e:
+            lowerer.convert(taken, for_backend="openvino==2025.4", verify=False)
+        said = str(e.value)
+        assert "\n" not in said and "'gs' (GridSample-20" in said and "--target-opset 19" in said
+    with pytest.raises(ConversionError) as e:  # X of rank 5: OpenVINO's GridSample is 4-D only, and so is GridSample-16
+        lowerer.convert(_gridsample(mode, rank=5, before="Relu"), for_backend="openvino==2025.4", verify=False)
+    assert "\n" not in str(e.value) and "'gs' (GridSample-20" in str(e.value) and "no option makes" in str(e.value)
+    for other in ("openvino==2024.0", "openvino==2026.4"):  # the entries are onnxruntime-openvino's alone
+        assert lowerer.convert(taken, for_backend=other, verify=False).model is not None
+    for rank5 in (_gridsample(mode, rank=5), _gridsample(mode, rank=5, before="Relu")):  # OpenVINO 2026.4: 4-D only
+        with pytest.raises(ConversionError) as e:
+            lowerer.convert(rank5, for_backend="openvino==2026.4", verify=False)
+        assert "'gs' (GridSample-20" in str(e.value) and "4D" in str(e.value)
 
 
 def test_gelu_tanh_without_pow_for_ncnn_within_its_budget() -> None:

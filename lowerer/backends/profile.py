@@ -3,7 +3,8 @@
 A profile (``lowerer/backends/<name>.json``) lists entries. Each entry names an op (or several),
 the range of its since-versions, an optional condition on the node (attribute values, attributes
 written at all, input element types, whether an input is a literal constant, a constant input's value, the rank,
-static dims, an Einsum equation repeating a letter within an operand), what lowerer does
+static dims, an Einsum equation repeating a letter within an operand, whether the node is its model's only
+node), what lowerer does
 with such a node (``rewrite``: the name of an exact form, or null when lowerer has none), why the
 backend cannot run it, and the source of that statement (a document or code location). Entries
 that could not be confirmed in their source say so (``"confirmed": false`` and a ``note``).
@@ -90,7 +91,7 @@ REWRITES: dict[str, str] = {
 
 _CONDITIONS = frozenset({"attribute", "attribute_in", "attributes_present", "dtypes", "not_dtypes", "literal_inputs",
                          "input_values_outside", "rank_not", "axis_not_last", "dynamic_shape", "axis_size_dynamic",
-                         "repeated_letters", "empty_guard", "constant_inputs"})
+                         "repeated_letters", "empty_guard", "constant_inputs", "sole_node"})
 _ENTRY_KEYS = frozenset({"op", "ops", "versions", "when", "rewrite", "why", "source", "confirmed", "note",
                          "backend_versions", "departure"})
 _AXIS_OPS = frozenset({"Hardmax", "Softmax", "LogSoftmax"})
@@ -646,6 +647,20 @@ def _check_empty_guard(node: onnx.NodeProto, version: int, facts: Facts, value: 
     return guard == bool(value)
 
 
+def _check_sole_node(node: onnx.NodeProto, version: int, facts: Facts, value: Any) -> bool:
+    """Whether the node is the only node of its model's main graph (Constant nodes aside), as ``value``.
+
+    Constant nodes aside: onnxruntime makes them initializers when it loads a model. onnxruntime-openvino's
+    provider takes no node of a model of one to three nodes whose first node is one of the ops it keeps for
+    larger models (GridSample among them): such a model runs on onnxruntime's CPU provider. One node is the
+    case lowerer knows for sure (the order of two or three is onnxruntime's).
+    """
+    scope = facts.scope
+    sole = scope.parent is None and scope.function is None and isinstance(scope.holder, onnx.GraphProto) and \
+        [n for n in scope.holder.node if n.op_type != "Constant" or n.domain not in ("", "ai.onnx")] == [node]
+    return sole == bool(value)
+
+
 _CHECKS = {
     "attribute": _check_attribute,
     "attribute_in": _check_attribute_in,
@@ -661,6 +676,7 @@ _CHECKS = {
     "repeated_letters": _check_repeated_letters,
     "empty_guard": _check_empty_guard,
     "constant_inputs": _check_constant_inputs,
+    "sole_node": _check_sole_node,
 }
 
 
@@ -694,5 +710,7 @@ def _describe_condition(name: str, value: Any) -> str:
     if name == "constant_inputs":
         shown = ", ".join(map(str, value["inputs"]))
         return f"with input(s) {shown} {'provably constant' if value['constant'] else 'computed at run time'}"
+    if name == "sole_node":
+        return "as the model's only node" if value else "in a model of more than one node"
     return ""
 
