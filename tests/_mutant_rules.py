@@ -37,6 +37,7 @@ F = T.FLOAT
 OV_OLD = {"for_backend": "openvino==2024.0"}
 OV = {"for_backend": "openvino"}
 RKNN = {"for_backend": "rknn"}
+NCNN = {"for_backend": "ncnn"}
 
 
 def _find(em: Any, op: str) -> onnx.NodeProto:
@@ -134,7 +135,25 @@ def _forms() -> list[Mutant]:
                _gqa, 19, RKNN, area="backend_forms"),
         Mutant("attention-scale-after-unscaled", "form", form("attention-scale-after", drop_node("Mul")),
                _gqa, 19, RKNN, area="backend_forms"),
+        Mutant("gather-slices-start-off-by-one", "form", form("gather-slices", change_const(lambda v: v - 1, which=3)),
+               lambda: one_node("Gather", 13, {"axis": 1}, inputs=[("x", F, [2, 3, 4])],
+                                consts={"g": np.array([2, 1], _I64)}), 13, NCNN, area="backend_forms"),
+        Mutant("where-constant-other-branch", "form", form("where-constant", _other_branch), _constant_where, 16, NCNN,
+               area="backend_forms"),
     ]
+
+
+def _other_branch(em: Any) -> None:
+    """The where-constant form passing the branch its condition does not take."""
+    node = _find(em, "Identity")
+    branches = list(em.node.input[1:3])
+    node.input[0] = branches[1] if node.input[0] == branches[0] else branches[0]
+
+
+def _constant_where() -> onnx.ModelProto:
+    """Where(c, a, b) with c a constant all false (the guard of Attention-23's body on a constant bias)."""
+    return one_node("Where", 16, None, inputs=[("a", F, [2, 3]), ("b", F, [2, 3])],
+                    consts={"c": np.zeros((2, 3), np.bool_)}, order=["c", "a", "b"])
 
 
 def _gqa() -> onnx.ModelProto:
