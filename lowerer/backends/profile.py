@@ -4,7 +4,7 @@ A profile (``lowerer/backends/<name>.json``) lists entries. Each entry names an 
 the range of its since-versions, an optional condition on the node (attribute values, attributes
 written at all, input element types, whether an input is a literal constant, a constant input's value, the rank,
 static dims, an Einsum equation repeating a letter within an operand, whether the node is its model's only
-node), what lowerer does
+node: :mod:`lowerer.backends.conditions`), what lowerer does
 with such a node (``rewrite``: the name of an exact form, or null when lowerer has none), why the
 backend cannot run it, and the source of that statement (a document or code location). Entries
 that could not be confirmed in their source say so (``"confirmed": false`` and a ``note``).
@@ -40,9 +40,9 @@ from importlib import resources
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-import numpy as np
 import onnx
 
+from lowerer.backends.conditions import CHECKS, describe_condition
 from lowerer.backends.loads import Loads, loads_for, parse_loads
 from lowerer.backends.runtimes import runtime_of, witnesses_for
 from lowerer.backends.witnesses import installed_release
@@ -89,12 +89,8 @@ REWRITES: dict[str, str] = {
                       "the output is broadcast larger)",
 }
 
-_CONDITIONS = frozenset({"attribute", "attribute_in", "attributes_present", "dtypes", "not_dtypes", "literal_inputs",
-                         "input_values_outside", "rank_not", "axis_not_last", "dynamic_shape", "axis_size_dynamic",
-                         "repeated_letters", "empty_guard", "constant_inputs", "sole_node"})
 _ENTRY_KEYS = frozenset({"op", "ops", "versions", "when", "rewrite", "why", "source", "confirmed", "note",
                          "backend_versions", "departure"})
-_AXIS_OPS = frozenset({"Hardmax", "Softmax", "LogSoftmax"})
 _SPEC = re.compile(r"^\s*([A-Za-z][A-Za-z0-9_-]*)\s*(?:(<=|>=|==|=|<|>|@)\s*(\d+(?:\.\d+)*))?\s*$")
 
 _WIDTH = 8
@@ -190,7 +186,7 @@ class Entry:
         """
         if not self.covers(node.op_type, version):
             return False
-        return all(_CHECKS[name](node, version, facts, value) for name, value in self.when.items())
+        return all(CHECKS[name](node, version, facts, value) for name, value in self.when.items())
 
     def describe(self) -> str:
         """The entry in a few words: ``Hardmax (all versions)``, ``ArgMax-12+ with select_last_index=1``."""
@@ -205,7 +201,7 @@ class Entry:
             span = f"-{low or 1}..{high}"
         parts = [f"{'/'.join(self.ops)}{span}"]
         for name, value in self.when.items():
-            parts.append(_describe_condition(name, value))
+            parts.append(describe_condition(name, value))
         if self.backend_versions is not None:
             parts.append(f"(backend versions {self.backend_versions_text})")
         return " ".join(p for p in parts if p)
@@ -460,8 +456,8 @@ def _entry(item: object, where: str) -> Entry:
             not all(v is None or (isinstance(v, int) and v > 0) for v in versions):
         raise InputError(f"profile {where}: 'versions' must be [low, high] (integers or null)")
     when = item.get("when", {})
-    if not isinstance(when, dict) or set(when) - _CONDITIONS:
-        raise InputError(f"profile {where}: 'when' may hold only {', '.join(sorted(_CONDITIONS))}")
+    if not isinstance(when, dict) or set(when) - set(CHECKS):
+        raise InputError(f"profile {where}: 'when' may hold only {', '.join(sorted(CHECKS))}")
     values = when.get("input_values_outside", {})
     if not isinstance(values, dict) or not all(
             isinstance(k, str) and k.isdigit() and isinstance(v, list) and v and
@@ -487,230 +483,3 @@ def _entry(item: object, where: str) -> Entry:
                  why=item["why"].strip(), source=item["source"].strip(), confirmed=bool(item.get("confirmed", True)),
                  note=str(item.get("note", "")), backend_versions=applies,
                  backend_versions_text=str(item.get("backend_versions", "")).replace(" ", ""), departure=departure)
-
-
-# -- conditions --------------------------------------------------------------------------------
-
-def _attr_value(node: onnx.NodeProto, name: str) -> Any:
-    for a in node.attribute:
-        if a.name == name:
-            return onnx.helper.get_attribute_value(a)
-    return None
-
-
-def _attribute_or_default(node: onnx.NodeProto, version: int, name: str) -> Any:
-    """The attribute's value (its schema default when absent; strings decoded, as a profile writes them)."""
-    got = _attr_value(node, name)
-    if got is None:
-        spec = onnx.defs.get_schema(node.op_type, version).attributes.get(name)
-        default = spec.default_value if spec is not None else None
-        got = onnx.helper.get_attribute_value(default) if default is not None and default.type else None
-    return got.decode("utf-8", "replace") if isinstance(got, bytes) else got
-
-
-def _check_attribute(node: onnx.NodeProto, version: int, facts: Facts, value: Any) -> bool:
-    """Every named attribute has the value given (an absent one has its schema default)."""
-    return all(_attribute_or_default(node, version, name) == wanted for name, wanted in dict(value).items())
-
-
-def _check_attribute_in(node: onnx.NodeProto, version: int, facts: Facts, value: Any) -> bool:
-    """Every named attribute's value is one of those listed (ScatterND's ``reduction`` in add, mul, max, min)."""
-    return all(_attribute_or_default(node, version, name) in list(wanted) for name, wanted in dict(value).items())
-
-
-def _check_attributes_present(node: onnx.NodeProto, version: int, facts: Facts, value: Any) -> bool:
-    """Some listed attribute is written on the node (whatever its value: Shape's ``start``/``end``)."""
-    return any(a.name in set(value) for a in node.attribute)
-
-
-def _type_name(facts: Facts, name: str) -> str | None:
-    elem = facts.elem_type(name) if name else None
-    return None if elem is None else onnx.TensorProto.DataType.Name(elem).lower()
-
-
-def _check_dtypes(node: onnx.NodeProto, version: int, facts: Facts, value: Any) -> bool:
-    """The first input's element type is one of those listed (unknown: no)."""
-    return _type_name(facts, node.input[0] if node.input else "") in set(value)
-
-
-def _check_not_dtypes(node: onnx.NodeProto, version: int, facts: Facts, value: Any) -> bool:
-    """The first input's element type is known and none of those listed."""
-    found = _type_name(facts, node.input[0] if node.input else "")
-    return found is not None and found not in set(value)
-
-
-def _check_literal_inputs(node: onnx.NodeProto, version: int, facts: Facts, value: Any) -> bool:
-    """Some listed input is present and not a literal constant (an initializer or a Constant node's output)."""
-    for index in value:
-        if index < len(node.input) and node.input[index] and not facts.is_literal(node.input[index]):
-            return True
-    return False
-
-
-def _check_input_values_outside(node: onnx.NodeProto, version: int, facts: Facts, value: Any) -> bool:
-    """Some listed input is present and holds a value outside those listed, or is not provably constant.
-
-    ``{"1": [2, 3]}`` names TopK-10+ whose ``k`` (input 1) is 1, 4 or computed at run time (unknown counts as
-    matching: refused when unsure), and not one whose ``k`` is a constant 2. The value is the one
-    :meth:`lowerer.facts.Facts.value` proves (a literal, or folded from constants).
-    """
-    for index, allowed in dict(value).items():
-        position = int(index)
-        if position >= len(node.input) or not node.input[position]:
-            continue
-        known = facts.value(node.input[position])
-        if known is None or np.asarray(known).dtype == object:
-            return True
-        if any(v not in allowed for v in np.asarray(known).ravel().tolist()):
-            return True
-    return False
-
-
-def _check_constant_inputs(node: onnx.NodeProto, version: int, facts: Facts, value: Any) -> bool:
-    """Whether every listed input present is provably constant (a literal, or folded), as ``value`` says.
-
-    ``{"inputs": [0], "constant": true}``: input 0 is provably constant; ``"min_rank": 1`` with ``true``: and
-    each such constant has a rank of at least 1.
-    """
-    found = True
-    for index in value["inputs"]:
-        if index < len(node.input) and node.input[index]:
-            known = facts.value(node.input[index])
-            found = found and known is not None and np.asarray(known).dtype != object and \
-                np.asarray(known).ndim >= int(value.get("min_rank", 0))
-    return found == bool(value["constant"])
-
-
-def _check_rank_not(node: onnx.NodeProto, version: int, facts: Facts, value: Any) -> bool:
-    """The first input's rank is not the one given (unknown: yes)."""
-    rank = facts.rank(node.input[0]) if node.input else None
-    return rank is None or rank != int(value)
-
-
-def _axis_and_rank(node: onnx.NodeProto, version: int, facts: Facts) -> tuple[int, int | None]:
-    axis = _attr_value(node, "axis")
-    if axis is None:
-        axis = 1 if version < 13 else -1
-    return int(axis), facts.rank(node.input[0])
-
-
-def _check_axis_not_last(node: onnx.NodeProto, version: int, facts: Facts, value: Any) -> bool:
-    """Hardmax/Softmax/LogSoftmax whose axis is not the last one (unknown rank: yes unless axis is -1)."""
-    if node.op_type not in _AXIS_OPS:
-        return False
-    axis, rank = _axis_and_rank(node, version, facts)
-    if axis == -1:
-        return not value
-    if rank is None:
-        return bool(value)
-    return (axis % max(rank, 1) != rank - 1) == bool(value)
-
-
-def _check_dynamic_shape(node: onnx.NodeProto, version: int, facts: Facts, value: Any) -> bool:
-    """The first input's shape is not fully static (unknown: yes)."""
-    dims = facts.dims(node.input[0]) if node.input else None
-    return (dims is None or None in dims) == bool(value)
-
-
-def _check_axis_size_dynamic(node: onnx.NodeProto, version: int, facts: Facts, value: Any) -> bool:
-    """The size the op reduces over is not static (the axis' dim; from the axis on below version 13)."""
-    if node.op_type not in _AXIS_OPS:
-        return False
-    axis, _ = _axis_and_rank(node, version, facts)
-    dims = facts.dims(node.input[0])
-    if dims is None or not -len(dims) <= axis < len(dims):
-        return bool(value)
-    axis %= len(dims)
-    span = dims[axis:] if version < 13 else dims[axis:axis + 1]
-    return (None in span) == bool(value)
-
-
-def _check_repeated_letters(node: onnx.NodeProto, version: int, facts: Facts, value: Any) -> bool:
-    """Whether Einsum's equation repeats a letter within one operand (a diagonal or trace: ``ii->``), as ``value``."""
-    equation = _attribute_or_default(node, version, "equation")
-    terms = str(equation or "").replace(" ", "").partition("->")[0].replace("...", "").split(",")
-    return any(len(set(t)) != len(t) for t in terms) == bool(value)
-
-
-def _check_empty_guard(node: onnx.NodeProto, version: int, facts: Facts, value: Any) -> bool:
-    """Whether an If is an empty-input guard, as ``value``: its then-branch only passes an outer value through.
-
-    The shape of lowerer's ``If(Size(x) == 0)`` (:meth:`lowerer.steps.emitter.Emitter.pass_through_if_empty`):
-    then-branch one Identity of a value the branch does not make, its output the branch's one output.
-    """
-    if node.op_type != "If":
-        return False
-    then = next((a.g for a in node.attribute if a.name == "then_branch"), None)
-    guard = then is not None and len(then.node) == 1 and then.node[0].op_type == "Identity" and \
-        len(then.output) == 1 and list(then.node[0].output) == [then.output[0].name] and \
-        not then.input and not then.initializer
-    return guard == bool(value)
-
-
-def _check_sole_node(node: onnx.NodeProto, version: int, facts: Facts, value: Any) -> bool:
-    """Whether the node is the only node of its model's main graph (Constant nodes aside), as ``value``.
-
-    Constant nodes aside: onnxruntime makes them initializers when it loads a model. onnxruntime-openvino's
-    provider takes no node of a model of one to three nodes whose first node is one of the ops it keeps for
-    larger models (GridSample among them): such a model runs on onnxruntime's CPU provider. One node is the
-    case lowerer knows for sure (the order of two or three is onnxruntime's).
-    """
-    scope = facts.scope
-    sole = scope.parent is None and scope.function is None and isinstance(scope.holder, onnx.GraphProto) and \
-        [n for n in scope.holder.node if n.op_type != "Constant" or n.domain not in ("", "ai.onnx")] == [node]
-    return sole == bool(value)
-
-
-_CHECKS = {
-    "attribute": _check_attribute,
-    "attribute_in": _check_attribute_in,
-    "attributes_present": _check_attributes_present,
-    "dtypes": _check_dtypes,
-    "not_dtypes": _check_not_dtypes,
-    "literal_inputs": _check_literal_inputs,
-    "input_values_outside": _check_input_values_outside,
-    "rank_not": _check_rank_not,
-    "axis_not_last": _check_axis_not_last,
-    "dynamic_shape": _check_dynamic_shape,
-    "axis_size_dynamic": _check_axis_size_dynamic,
-    "repeated_letters": _check_repeated_letters,
-    "empty_guard": _check_empty_guard,
-    "constant_inputs": _check_constant_inputs,
-    "sole_node": _check_sole_node,
-}
-
-
-def _describe_condition(name: str, value: Any) -> str:
-    if name == "attribute":
-        return "with " + ", ".join(f"{k}={v}" for k, v in dict(value).items())
-    if name == "attribute_in":
-        return "with " + ", ".join(f"{k} in {'/'.join(map(str, v))}" for k, v in dict(value).items())
-    if name == "attributes_present":
-        return "with " + " or ".join(value) + " set"
-    if name == "dtypes":
-        return "on " + "/".join(value)
-    if name == "not_dtypes":
-        return "on types other than " + "/".join(value)
-    if name == "literal_inputs":
-        return f"with input(s) {', '.join(map(str, value))} not a constant"
-    if name == "input_values_outside":
-        return "with " + ", ".join(f"input {k} not a constant among {v}" for k, v in dict(value).items())
-    if name == "rank_not":
-        return f"of rank other than {value}"
-    if name == "axis_not_last":
-        return "on a non-last axis" if value else "on the last axis"
-    if name == "dynamic_shape":
-        return "with a dynamic input shape" if value else "with a static input shape"
-    if name == "repeated_letters":
-        return "with a letter repeated within an operand (a diagonal)" if value else ""
-    if name == "axis_size_dynamic":
-        return "with a dynamic size along the axis" if value else ""
-    if name == "empty_guard":
-        return "an empty-input guard" if value else "other than an empty-input guard"
-    if name == "constant_inputs":
-        shown = ", ".join(map(str, value["inputs"]))
-        return f"with input(s) {shown} {'provably constant' if value['constant'] else 'computed at run time'}"
-    if name == "sole_node":
-        return "as the model's only node" if value else "in a model of more than one node"
-    return ""
-
