@@ -142,7 +142,7 @@ def op_versions(model: onnx.ModelProto) -> tuple[str, ...]:
 
 
 def expansion_probes() -> list[Probe]:
-    """The bodies lowerer writes for Gelu-20, RMSNorm-23, LayerNorm-17, Attention-23 and the forms of LOWERED."""
+    """The bodies lowerer writes (Gelu-20, RMSNorm-23, LayerNorm-17, Attention-23, RotaryEmbedding-23), LOWERED's."""
     from lowerer.api import convert  # the probe suite is a leaf: nothing in lowerer imports it
 
     probes = []
