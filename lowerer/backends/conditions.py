@@ -156,6 +156,30 @@ def _check_axis_size_dynamic(node: onnx.NodeProto, version: int, facts: Facts, v
     return (None in span) == bool(value)
 
 
+def _check_innermost_size_at_least(node: onnx.NodeProto, version: int, facts: Facts, value: Any) -> bool:
+    """The op finds its extremum along the innermost axis, over ``value`` elements or more (unknown: yes).
+
+    ArgMax/ArgMin (axis default 0) and Hardmax/Softmax/LogSoftmax from 13 reduce one axis: the innermost
+    when it is the last one; before 13 the three reduce the coerced rows ``dims[axis:]``, always innermost,
+    their size the product.
+    """
+    if node.op_type in ("ArgMax", "ArgMin"):
+        axis = int(_attr_value(node, "axis") or 0)
+    elif node.op_type in _AXIS_OPS:
+        axis, _ = _axis_and_rank(node, version, facts)
+    else:
+        return False
+    dims = facts.dims(node.input[0]) if node.input else None
+    if dims is None or not -len(dims) <= axis < len(dims):
+        return True
+    axis %= len(dims)
+    coerced = node.op_type in _AXIS_OPS and version < 13
+    if not coerced and axis != len(dims) - 1:
+        return False
+    span = dims[axis:] if coerced else dims[axis:axis + 1]
+    return None in span or int(np.prod([int(d) for d in span if d is not None], dtype=np.int64)) >= int(value)
+
+
 def _check_repeated_letters(node: onnx.NodeProto, version: int, facts: Facts, value: Any) -> bool:
     """Whether Einsum's equation repeats a letter within one operand (a diagonal or trace: ``ii->``), as ``value``."""
     equation = _attribute_or_default(node, version, "equation")
@@ -205,6 +229,7 @@ CHECKS: dict[str, Callable[[onnx.NodeProto, int, Facts, Any], bool]] = {
     "axis_not_last": _check_axis_not_last,
     "dynamic_shape": _check_dynamic_shape,
     "axis_size_dynamic": _check_axis_size_dynamic,
+    "innermost_size_at_least": _check_innermost_size_at_least,
     "repeated_letters": _check_repeated_letters,
     "empty_guard": _check_empty_guard,
     "constant_inputs": _check_constant_inputs,
@@ -238,6 +263,8 @@ def describe_condition(name: str, value: Any) -> str:
         return "with a letter repeated within an operand (a diagonal)" if value else ""
     if name == "axis_size_dynamic":
         return "with a dynamic size along the axis" if value else ""
+    if name == "innermost_size_at_least":
+        return f"along the innermost axis, over {value} elements or more (or a size not known)"
     if name == "empty_guard":
         return "an empty-input guard" if value else "other than an empty-input guard"
     if name == "constant_inputs":

@@ -104,15 +104,16 @@ def finish(model: onnx.ModelProto, plan: BackendPlan, report: Report, warn: bool
         logger.warning("node %s stays as it is: %s cannot run it (%s), and %s; onnxruntime falls back for it",
                        k.finding.label(), profile.spec, k.finding.entry.why, k.reason)
     for k in said if warn else ():
-        logger.warning("node %s: %s computes it differently (%s); the original model departs there too and "
-                       "lowerer has no form that fixes it: kept as it is (--strict-backend refuses it)",
-                       k.finding.label(), profile.spec, k.finding.entry.why)
+        logger.warning("node %s: %s computes it differently (%s); the original model departs there too and %s: "
+                       "kept as it is (--strict-backend refuses it)", k.finding.label(), profile.spec,
+                       k.finding.entry.why, _no_fix(k.finding, plan))
     rewritten = sum(1 for r in report.rewrites if any(c.why == PICKED for c in r.crossings))
     report.backend = backend_record(profile, named, rewritten, kept)
     if foreign:
         report.backend["domains_left"] = foreign
     if said:
-        report.backend["departures"] = [Kept(k.finding, DEPARTS).to_dict() for k in said]
+        report.backend["departures"] = [Kept(k.finding, f"{DEPARTS}; {_no_fix(k.finding, plan)}").to_dict()
+                                        for k in said]
 
 
 def check_domains(model: onnx.ModelProto, plan: BackendPlan, warn: bool = True) -> list[dict[str, Any]]:
@@ -156,7 +157,15 @@ def check_domains(model: onnx.ModelProto, plan: BackendPlan, warn: bool = True) 
 
 
 #: Why a node a ``departure`` entry names stays (see :mod:`lowerer.backends.profile`).
-DEPARTS = "the original model departs there too (the runtime computes this op so); lowerer has no form that fixes it"
+DEPARTS = "the original model departs there too (the runtime computes this op so)"
+
+
+def _no_fix(finding: Finding, plan: BackendPlan) -> str:
+    """Why no form fixes a departure's node: none exists, or its form cannot be written there (and why)."""
+    earlier = plan.kept.get((finding.scope, finding.node))
+    if earlier is None:
+        return "lowerer has no form that fixes it"
+    return f"its form ({finding.entry.rewrite}) cannot be written here: {earlier.reason}"
 
 
 def _users_own(finding: Finding, report: Report) -> bool:

@@ -67,7 +67,7 @@ class BackendPlan:
     Args:
         profile: the backend's profile.
         allow_fallback: keep a node as it is when its form refuses (recorded in ``kept``); else the
-            refusal stands.
+            refusal stands (but for a ``departure`` entry's node, see ``strict``).
         strict: refuse a node of the user's own model that a ``departure`` entry names (else it is
             converted as it is, with a warning).
     """
@@ -75,7 +75,7 @@ class BackendPlan:
     profile: Profile
     allow_fallback: bool = False
     strict: bool = False
-    #: Nodes whose form refused, kept as they are (only with ``allow_fallback``), by (scope, node).
+    #: Nodes whose form refused, kept as they are (with ``allow_fallback``, or a departure entry's), by (scope, node).
     kept: dict[tuple[str, str], Kept] = field(default_factory=dict)
     #: Every node the picker matched to an entry with a form, in the order the walk met them.
     named: list[Finding] = field(default_factory=list)
@@ -95,7 +95,10 @@ class BackendPlan:
             return None
         name = node.name or f"{node.op_type}#{_index(scope, node)}"
         self.named.append(Finding(scope.path, name, node.op_type, version, entry))
-        keep = self._keep(entry, version, name) if self.allow_fallback else None
+        # A departure entry's node whose form cannot be written is kept: finish() says it (the user's own) or
+        # refuses it (one a rewrite wrote), as it does every node left
+        keep = self._keep(entry, version, name) if self.allow_fallback or (entry.departure and not self.strict) \
+            else None
         params: tuple[object, ...] = ()
         if entry.rewrite == "constant-inputs":
             params = (tuple(int(i) for i in entry.when.get("literal_inputs", ())), self.profile.name)

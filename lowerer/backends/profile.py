@@ -16,12 +16,13 @@ user named falls in its range. A profile's ``loads`` table (:mod:`lowerer.backen
 which opset and IR version each runtime release loads; ``onnxruntime`` names the CPU profile with
 onnxruntime's versions (``onnxruntime==1.14``).
 
-An entry with ``"departure": true`` (only with ``"rewrite": null``) says the runtime computes the op
-itself differently from ONNX (OpenVINO's TopK on ties): the original model departs there already,
-and lowerer has no form that fixes it. A node of the user's own model it names is converted as it
-is, with a warning line naming node and runtime, and recorded in ``report.backend["departures"]``
-(``strict_backend=True``, ``--strict-backend``, refuses it instead). An entry without it says
-lowerer's output would break there: a node lowerer wrote is refused (or kept with
+An entry with ``"departure": true`` says the runtime computes the op itself differently from ONNX
+(OpenVINO's TopK on ties): the original model departs there already. With ``"rewrite": null``
+lowerer has no form that fixes it; with a rewrite, its form fixes it where it can be written (its
+opset), and elsewhere lowerer has none. A node of the user's own model it names that no form
+replaces is converted as it is, with a warning line naming node and runtime, and recorded in
+``report.backend["departures"]`` (``strict_backend=True``, ``--strict-backend``, refuses it instead).
+An entry without it says lowerer's output would break there: a node lowerer wrote is refused (or kept with
 ``--allow-fallback``) whatever the entry says.
 
 A profile's top-level ``"loops": false`` says the runtime has no ``Loop``: the forms that write a node
@@ -155,8 +156,9 @@ class Entry:
         confirmed: False when the statement could not be confirmed in the source.
         note: what was or was not confirmed, and caveats.
         backend_versions: the backend versions the entry applies to (None: all).
-        departure: the runtime computes the op of the original model differently and lowerer has no
-            form that fixes it (said, not refused, for the user's own nodes; see the module docstring).
+        departure: the runtime computes the op of the original model differently; where no form of
+            lowerer's fixes it (none, or its form cannot be written there), the user's own node is said,
+            not refused (see the module docstring).
     """
 
     ops: tuple[str, ...]
@@ -471,8 +473,8 @@ def _entry(item: object, where: str) -> Entry:
         if not isinstance(item.get(key), str) or not item[key].strip():
             raise InputError(f"profile {where}: '{key}' must be a non-empty string")
     departure = item.get("departure", False)
-    if not isinstance(departure, bool) or (departure and rewrite is not None):
-        raise InputError(f"profile {where}: 'departure' must be true or false, and true only with \"rewrite\": null")
+    if not isinstance(departure, bool):
+        raise InputError(f"profile {where}: 'departure' must be true or false")
     applies = None
     if "backend_versions" in item:
         m = re.match(r"^\s*(<=|>=|==|<|>)\s*(\d+(?:\.\d+)*)\s*$", str(item["backend_versions"]))

@@ -18,7 +18,10 @@ least (no index exceeds it), ``0`` for the greatest. Where it holds nowhere (a N
 NaN open, and verification records NaN differences without judging them) the index is ``n - 1``
 (or 0): always in range, so a Gather downstream cannot fail on it.
 
-Types: Equal takes the float types from Equal-11 (Equal-7 only bool/int32/int64), Where exists
+Types: Equal takes the float types from Equal-11 (Equal-7 only bool/int32/int64); at opset 9 and 10 a
+float extremum is found by ``Not(Less(x, max))`` (ArgMin: ``Not(Greater(x, min))``, Less/Greater-9 take
+floats): every value is at most the row's maximum, so "not below it" is "equal to it", bit for bit
+(-0 and +0 alike, as for Equal; a NaN makes the two differ, and the index stays in range). Where exists
 from opset 9; below, refused. ReduceMax/ReduceMin at the target, with an onnxruntime kernel to verify
 them, take float16/float/double/int32/int64 (int8/uint8 from version 12). Others are widened exactly
 (int8/16 and uint8/16 → int32, uint32 → int64 with Cast-6, bfloat16 → float32 with Cast-13), uint64
@@ -57,7 +60,7 @@ def _takes(opset: int) -> frozenset[int]:
 def _checked_type(em: Emitter, v: str) -> int | None:
     """The type ``v`` is widened to (exactly) for the form, or None when it is taken as it is; else a refusal.
 
-    Floats need Equal-11 (opset 11), the integer types Where-9 (opset 9).
+    Every type needs Where-9 (opset 9); floats are compared by Less/Greater below opset 11.
     """
     elem = em.elem_type(v)
     if elem is None:
@@ -73,10 +76,9 @@ def _checked_type(em: Emitter, v: str) -> int | None:
                   f"{_type_name(elem)}, and no exact widening reaches one of them")
     if wide == T.FLOAT and em.opset < 13:
         em.refuse_bfloat16(v)
-    needed = 11 if final in _FLOATS else 9
-    if em.opset < needed:
-        em.refuse(f"the extremum is found by Equal + Where + ReduceMin, and Equal on {_type_name(final)} needs "
-                  f"Equal-11 and Where needs opset 9; target opset >= {needed}")
+    if em.opset < 9:
+        em.refuse("the extremum is found by Equal (Less on floats) + Where + ReduceMin, and Where needs opset 9; "
+                  "target opset >= 9")
     return wide
 
 
@@ -122,12 +124,16 @@ def extremum_index_reduce(em: Emitter, v: str, axis: int, keepdims: int | None, 
     opset 11 is made non-negative (needs the rank).
     """
     wide = _checked_type(em, v)
+    floats = (wide or em.elem_type(v) or T.FLOAT) in _FLOATS  # unknown only for Hardmax before 13: a float
     if axis < 0 and em.opset < 11:
         axis = normalize_axis(axis, em.require_rank(v, "to make the negative axis non-negative"))
     if wide is not None:
         v = em.op("Cast", [v], to=wide)
     extremum = _reduce(em, "ReduceMax" if largest else "ReduceMin", v, axis, 1)
-    at = em.op("Equal", [v, extremum])
+    if floats and em.opset < 11:  # no Equal on floats: "not below the maximum"
+        at = em.op("Not", [em.op("Less" if largest else "Greater", [v, extremum])])
+    else:
+        at = em.op("Equal", [v, extremum])
     iota, fill = _iota_and_fill(em, v, axis, last)
     chosen = em.op("Where", [at, iota, fill])
     return _reduce(em, "ReduceMax" if last else "ReduceMin", chosen, axis, 0 if keepdims == 0 else 1, outputs)
@@ -143,8 +149,8 @@ class ArgReduceForm(SelectLastIndexForm):
     2. ``select_last_index=1``: ``Where(.., iota, 0)`` → ``ReduceMax``;
     3. an empty input: the reductions give the empty result ArgMax gives (an empty axis with other
        dims non-empty fails in onnxruntime's ArgMax: nothing to match there);
-    4. an element type the reductions cannot take: widened exactly, else refused; floats below opset
-       11 and every type below 9 refused (Equal-11, Where-9).
+    4. an element type the reductions cannot take: widened exactly, else refused; floats at opset 9
+       and 10 compared by Less/Greater (no Equal on floats there); every type below 9 refused (Where-9).
     """
 
     name = "argmax-reduce"
@@ -173,7 +179,7 @@ class HardmaxReduceForm(HardmaxDecomposition):
     The one-hot, the coerced-to-2-D meaning of versions 1/11, the two-level search on a long last
     axis and the guard of a possibly empty input are
     :class:`~lowerer.rules.hardmax_decomposition.HardmaxDecomposition`'s, unchanged: only
-    :meth:`first_max` differs (so no ``ArgMax`` or ``TopK`` is left). Needs opset >= 11 (Equal on floats).
+    :meth:`first_max` differs (so no ``ArgMax`` or ``TopK`` is left). Needs opset >= 9 (Where).
     """
 
     name = "hardmax-reduce"
