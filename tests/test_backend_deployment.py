@@ -26,6 +26,7 @@ import lowerer
 from lowerer.backends import deployment, profile
 from lowerer.backends.witnesses import Ran, Witness, WitnessError
 from lowerer.core.errors import VerificationError
+from lowerer.verification.graph_inputs import FeedSet
 
 ROOT = Path(__file__).resolve().parents[1]
 EXAMPLE = ROOT / "examples" / "example_opset11.onnx"
@@ -61,6 +62,40 @@ def test_equal_on_the_witness_is_recorded(cpu_witness: None) -> None:
     assert record is not None and record["deployment"]["status"] == "equal"
     assert "ran on onnxruntime cpu CPUExecutionProvider" in record["deployment"]["reason"]
     assert record["deployment"]["input_sets"][-1].startswith("ties")
+
+
+def _softmax_and_gather() -> onnx.ModelProto:
+    """Softmax-11 on axis 1 (OpenVINO 2024.0's profile names it) beside a Gather of a table of 4 by the input ``i``."""
+    inputs = [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 4, 5]),
+              helper.make_tensor_value_info("i", TensorProto.INT64, [2])]
+    outputs = [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, 4, 5]),
+               helper.make_tensor_value_info("g", TensorProto.FLOAT, [2])]
+    table = onnx.numpy_helper.from_array(np.arange(4, dtype=np.float32), "table")
+    nodes = [helper.make_node("Softmax", ["x"], ["y"], axis=1, name="soft"),
+             helper.make_node("Gather", ["table", "i"], ["g"], name="pick")]
+    graph = helper.make_graph(nodes, "g", inputs, outputs, [table])
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 11)], ir_version=7)
+
+
+@pytest.mark.parametrize("valid", [2, 0])
+def test_input_sets_the_model_rejects_are_left_out_and_said(cpu_witness: None, monkeypatch: pytest.MonkeyPatch,
+                                                           valid: int) -> None:
+    """Sets onnxruntime cannot run the original on (an index out of range) are left out, said; none left: not run."""
+    x = np.random.default_rng(0).normal(size=(2, 4, 5)).astype(np.float32)
+    sets = [FeedSet(f"set{k}", {"x": x, "i": np.array([0, 3] if k < valid else [1, 9], np.int64)})
+            for k in range(3)]
+    monkeypatch.setattr(deployment, "_input_sets", lambda *args: sets)
+    record = lowerer.convert(_softmax_and_gather(), for_backend="openvino==2024.0").report.backend
+    assert record is not None
+    found = record["deployment"]
+    if valid:
+        assert found["status"] == "equal", found
+        assert found["input_sets"] == ["set0", "set1"]
+        assert "1 input set(s) left out, which it cannot run either, first set2" in found["reason"]
+        assert "on 2 input set(s)" in found["reason"]
+    else:
+        assert found["status"] == "not-run", found
+        assert "onnxruntime cannot run the model: input set set0" in found["reason"]
 
 
 def test_a_departing_witness_fails_naming_output_and_node(cpu_witness: None, monkeypatch: pytest.MonkeyPatch) -> None:

@@ -194,6 +194,23 @@ def test_index_inputs_through_functions_and_other_index_ops() -> None:
     assert result.status == "equal", result.reason
 
 
+def test_rotary_position_ids_are_generated_within_the_cache() -> None:
+    """RotaryEmbedding-23's position_ids pick rows of cos_cache: generated in 0..rows-1, so every set runs."""
+    rng = np.random.default_rng(0)
+    caches = [numpy_helper.from_array(rng.normal(size=(8, 4)).astype(np.float32), n) for n in ("cos", "sin")]
+    node = helper.make_node("RotaryEmbedding", ["x", "cos", "sin", "pos"], ["y"], num_heads=2)
+    model = _model([node], [helper.make_tensor_value_info("x", T.FLOAT, ["b", "s", 16]),
+                            helper.make_tensor_value_info("pos", T.INT64, ["b", "s"])],
+                   [helper.make_tensor_value_info("y", T.FLOAT, ["b", "s", 16])], caches, opset=23)
+    model.ir_version = 10
+    specs = model_inputs(model)
+    assert not isinstance(specs, str)
+    assert [u.size for u in find_index_uses(model, specs)["pos"]] == [8]
+    result = compare_models(ModelSource(model, None, "A"), ModelSource(model, None, "B"))
+    assert result.status == "equal", result.reason
+    assert any("0..7" in note for note in result.details["inputs"])
+
+
 def test_index_range_follows_a_dynamic_data_dim() -> None:
     nodes = [helper.make_node("Gather", ["table", "ids"], ["y"], axis=0)]
     model = _model(nodes, [helper.make_tensor_value_info("table", T.FLOAT, ["rows", 3]),

@@ -186,11 +186,12 @@ def _run_check(original: onnx.ModelProto | None, converted: onnx.ModelProto, pro
     sets = _input_sets(original if original is not None else converted, converted, seed, steering)
     if isinstance(sets, str):
         return Deployment("not-run", f"{witness.label} was not run: {sets}", witness.label)
-    expected, reference = _reference_outputs(original, converted, sets, data_dir)
-    if isinstance(expected, str):
-        return Deployment("not-run", f"{witness.label} was not run: onnxruntime cannot run the model: {expected}",
+    found = _reference_outputs(original, converted, sets, data_dir)
+    if isinstance(found, str):
+        return Deployment("not-run", f"{witness.label} was not run: onnxruntime cannot run the model: {found}",
                           witness.label)
-    ref_label = f"onnxruntime {_ort_version()} CPU on {reference} model"
+    reference, ref_label = found.whose, found.label(sets)
+    sets, expected = [sets[k] for k in found.ran], found.expected
     labels = [s.label for s in sets]
     shared = original is not None and reference == "the original" and _judges_changes(witness)
     try:
@@ -245,15 +246,47 @@ def _run_check(original: onnx.ModelProto | None, converted: onnx.ModelProto, pro
     return Deployment("different", reason, witness.label, ref_label, stats, labels, departs, ran.placement)
 
 
+@dataclass
+class _Reference:
+    """onnxruntime CPU's outputs per input set (None where it cannot run the set), whose, and why not."""
+
+    whose: str
+    outputs: list[list[np.ndarray] | None]
+    errors: dict[int, str]
+
+    @property
+    def ran(self) -> list[int]:
+        """The sets it ran."""
+        return [k for k, o in enumerate(self.outputs) if o is not None]
+
+    @property
+    def expected(self) -> list[list[np.ndarray]]:
+        """The outputs of the sets it ran."""
+        return [o for o in self.outputs if o is not None]
+
+    def label(self, sets: list[FeedSet]) -> str:
+        """``onnxruntime 1.32.0 CPU on the original model``, and the sets left out (the model rejects them)."""
+        said = f"onnxruntime {_ort_version()} CPU on {self.whose} model"
+        if not self.errors:
+            return said
+        first = min(self.errors)
+        return (f"{said} ({len(self.errors)} input set(s) left out, which it cannot run either, first "
+                f"{sets[first].label}: {self.errors[first]})")
+
+
 def _reference_outputs(original: onnx.ModelProto | None, converted: onnx.ModelProto, sets: list[FeedSet],
-                       data_dir: Path | None) -> tuple[list[list[np.ndarray]] | str, str]:
-    """The outputs of onnxruntime's CPU on ``sets`` and whose (the original, else the converted), or why none."""
+                       data_dir: Path | None) -> _Reference | str:
+    """The outputs of onnxruntime's CPU on ``sets``: of the original, else of the converted; or why none.
+
+    A set the model cannot run (it rejects those values: an index out of range) is left out, and said;
+    where it runs none, why.
+    """
     maker = SessionMaker([CPU])
     if original is not None:
-        expected = _run_reference(maker, original, sets, data_dir)
-        if not isinstance(expected, str):
-            return expected, "the original"
-    return _run_reference(maker, converted, sets, data_dir), "the converted"
+        found = _run_reference(maker, original, sets, data_dir, "the original")
+        if not isinstance(found, str):
+            return found
+    return _run_reference(maker, converted, sets, data_dir, "the converted")
 
 
 def _ort_version() -> str:
@@ -405,18 +438,21 @@ def _input_sets(reference: onnx.ModelProto, converted: onnx.ModelProto, seed: in
     return [*sets, *extra, FeedSet(f"ties ({shown})", tied)]
 
 
-def _run_reference(maker: SessionMaker, model: onnx.ModelProto, sets: list[FeedSet],
-                   data_dir: Path | None) -> list[list[np.ndarray]] | str:
+def _run_reference(maker: SessionMaker, model: onnx.ModelProto, sets: list[FeedSet], data_dir: Path | None,
+                   whose: str) -> _Reference | str:
     engine = maker.create(model, data_dir)
     if isinstance(engine, str):
         return engine
-    out = []
-    for s in sets:
+    found = _Reference(whose, [], {})
+    for k, s in enumerate(sets):
         try:
-            out.append(engine.run(s.feeds))
+            found.outputs.append(engine.run(s.feeds))
         except Exception as e:
-            return f"input set {s.label}: {_short(str(e))}"
-    return out
+            found.outputs.append(None)
+            found.errors[k] = _short(str(e), 200)
+    if not found.ran:
+        return f"input set {sets[0].label}: {found.errors[0]}"
+    return found
 
 
 def _tolerance(expected: np.ndarray, relative: float) -> Tolerance:

@@ -1,9 +1,10 @@
 """Index-like graph inputs: those whose values reach an index input, and the range the data allows them.
 
 An integer (or float) graph input that reaches an index input of Gather, GatherElements, GatherND,
-ScatterElements, ScatterND or OneHot, directly or through ops that only move values (Cast, Reshape,
-Unsqueeze ...), is generated in ``0 .. size - 1`` of the indexed dim (:func:`index_range`) where
-that size is static or bound by the generated shapes (:func:`find_index_uses` finds the uses).
+ScatterElements, ScatterND, OneHot or RotaryEmbedding (its ``position_ids``, rows of ``cos_cache``),
+directly or through ops that only move values (Cast, Reshape, Unsqueeze ...), is generated in
+``0 .. size - 1`` of the indexed dim (:func:`index_range`) where that size is static or bound by the
+generated shapes (:func:`find_index_uses` finds the uses).
 """
 
 from __future__ import annotations
@@ -35,7 +36,7 @@ class IndexUse:
 
 
 #: Ops whose index input (position) holds indices into another input (data position, attribute of the axis).
-_INDEX_OPS: dict[str, tuple[int, int | None, str | None]] = {
+_INDEX_OPS: dict[str, tuple[int, int | None, str | int | None]] = {
     "Gather": (1, 0, "axis"),
     "GatherElements": (1, 0, "axis"),
     "ScatterElements": (1, 0, "axis"),
@@ -43,6 +44,7 @@ _INDEX_OPS: dict[str, tuple[int, int | None, str | None]] = {
     "GatherND": (1, 0, None),
     "ScatterND": (1, 0, None),
     "OneHot": (0, None, None),  # indices into ``depth`` (input 1), out-of-range ones give zeros
+    "RotaryEmbedding": (3, 1, 0),  # position_ids: rows of cos_cache (axis 0, fixed)
 }
 #: Ops that pass values through unchanged (only reshaped, moved or selected): input positions that carry them.
 _PASS_THROUGH: dict[str, tuple[int, ...] | None] = {
@@ -105,7 +107,7 @@ class _Walker:
                             seen.add(out)
                             todo.append(out)
 
-    def _use(self, node: onnx.NodeProto, spec: tuple[int, int | None, str | None], in_function: bool) -> IndexUse:
+    def _use(self, node: onnx.NodeProto, spec: tuple[int, int | None, str | int | None], in_function: bool) -> IndexUse:
         label = f"{node.op_type} {node.name!r}" if node.name else node.op_type
         _, data_pos, axis_attr = spec
         if node.op_type == "OneHot":
@@ -123,7 +125,8 @@ class _Walker:
             if not addressed or any(d is None for d in addressed):
                 return IndexUse(label, None)
             return IndexUse(label, min(int(d) for d in addressed if d is not None))
-        axis = int_attribute(node, axis_attr, 0)
+        axis = axis_attr if isinstance(axis_attr, int) else int_attribute(node, axis_attr, 0)
+        assert axis is not None
         if axis < 0:
             axis += len(dims)
         if not 0 <= axis < len(dims):
