@@ -190,8 +190,7 @@ def _run_check(original: onnx.ModelProto | None, converted: onnx.ModelProto, pro
     if isinstance(found, str):
         return Deployment("not-run", f"{witness.label} was not run: onnxruntime cannot run the model: {found}",
                           witness.label)
-    reference, ref_label = found.whose, found.label(sets)
-    sets, expected = [sets[k] for k in found.ran], found.expected
+    reference, ref_label, sets, expected = found.whose, found.label(sets), found.kept(sets), found.expected
     labels = [s.label for s in sets]
     shared = original is not None and reference == "the original" and _judges_changes(witness)
     try:
@@ -258,6 +257,10 @@ class _Reference:
     def ran(self) -> list[int]:
         """The sets it ran."""
         return [k for k, o in enumerate(self.outputs) if o is not None]
+
+    def kept(self, sets: list[FeedSet]) -> list[FeedSet]:
+        """The sets it ran."""
+        return [sets[k] for k in self.ran]
 
     @property
     def expected(self) -> list[list[np.ndarray]]:
