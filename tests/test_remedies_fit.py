@@ -198,8 +198,9 @@ def test_cli_refusal_line_fits_and_the_report_has_it_in_full(tmp_path) -> None: 
                                            "openvino==2024.0", "--no-verify", *extra])
         (line,) = result.stderr.strip().splitlines()
         assert result.exit_code == 2 and len(line) <= 200
-        assert line.startswith("lowerer: error: node 'scatter' (ScatterND-16): openvino==2024.0 cannot")
-        assert "--target-opset 15" in line
+        assert line.startswith("lowerer: error: node 'scatter' (ScatterND-16): ")
+        # the why is cut first where the report's path is long (pytest-xdist's temporary folders): not the remedy
+        assert "--target-opset 15" in line and (extra or "openvino==2024.0 cannot" in line)
     (refused,) = json.loads(report.read_text())["summary"]["refused"]
     assert len(refused["refusal"]) > 200 and "source: measured" in refused["refusal"]
     assert line.endswith(f"(in full: {report})")
