@@ -86,3 +86,21 @@ def test_deployment_inputs_follow_the_users_shapes() -> None:
     assert not isinstance(sets, str) and {s.feeds["x"].shape for s in sets} == {(1, 3, 4, 4)}
     plain = deployment._input_sets(model, model, 0)
     assert not isinstance(plain, str) and (1, 3, 1, 1) in {s.feeds["x"].shape for s in plain}
+
+
+def test_a_form_that_cannot_be_written_keeps_the_users_node_as_a_departure(caplog: pytest.LogCaptureFixture) -> None:
+    """MNN ignores select_last_index=1 (measured); argmax-reduce cannot take uint64: the user's node is kept, said."""
+    x = helper.make_tensor_value_info("x", TensorProto.UINT64, [3, 5])
+    y = helper.make_tensor_value_info("y", TensorProto.INT64, [3, 1])
+    node = helper.make_node("ArgMax", ["x"], ["y"], name="am", axis=1, select_last_index=1)
+    model = helper.make_model(helper.make_graph([node], "g", [x], [y]), opset_imports=[helper.make_opsetid("", 13)],
+                              ir_version=8)
+    with caplog.at_level(logging.WARNING):
+        result = lowerer.convert(model, for_backend="mnn", verify=False)
+    record = result.report.backend
+    assert record is not None and [d["node"] for d in record["departures"]] == ["am"]
+    assert "its form (argmax-reduce) cannot be written here" in record["departures"][0]["reason"]
+    said = [r.getMessage() for r in caplog.records if "departs there too" in r.getMessage()]
+    assert len(said) == 1 and "not uint64" in said[0] and "\n" not in said[0]
+    with pytest.raises(ConversionError, match=r"node 'am' \(ArgMax-13.*not uint64"):
+        lowerer.convert(model, for_backend="mnn", verify=False, strict_backend=True)
