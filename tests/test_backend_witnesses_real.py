@@ -59,3 +59,14 @@ def test_expansion_bodies_for_backend_run_there(name: str) -> None:
     for build in EXPANSIONS.values():
         model, _ = build()
         _converts_and_matches(model, runtimes()[name].backends[0], runtimes()[name].judges_changes)
+
+
+def test_tract_binds_the_symbols_a_dynamo_export_names() -> None:
+    """unet's torch dynamo export names ``batch`` in its inputs and value_info: concrete input facts cannot unify
+    with it ("Impossible to unify Sym(batch) with Val(2)"), the symbol bound to the inputs' size runs, equal."""
+    _witness_or_skip("tract")
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        result = lowerer.convert(ROOT / "tests" / "fixtures" / "real" / "unet.dynamo.opset23.onnx", for_backend="tract")
+    deployment = result.report.backend["deployment"]
+    assert deployment["status"] == "equal", deployment

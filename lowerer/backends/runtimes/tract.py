@@ -1,6 +1,9 @@
 """Tract (Sonos' ONNX runtime in Rust, its Python wheel): ``tract.onnx().load``, input facts from the feeds, run.
 
-The model is typed by its own input facts; where that fails (dims not given) or the inputs do not fit
+The model is typed by its own input facts, each symbolic dim of an input (``batch``) bound to the size the
+inputs give it (``transform(SetSymbols({"batch": 2}))``, tract's way for a model with symbolic dims: a
+torch dynamo export's value_info names the same symbols, which concrete input facts cannot unify with);
+where that fails (dims not given) or the inputs do not fit
 them, by the inputs' (``set_input_fact(i, "2,16,i64")``), again for an input set of other shapes; then
 made runnable and run; the outputs wanted are the model's (tract names an output after the node that makes it, so a
 list as long as the graph's outputs is taken as those). tract computes in float32 as the model says.
@@ -38,8 +41,21 @@ def load(model: str, param: str) -> Any:
     return model
 
 
+def _symbols(loaded: Any, feeds: dict[str, Any]) -> dict[str, int]:
+    """Each input dim the model names by a symbol (``batch``), bound to that dim's size in the feeds."""
+    found: dict[str, int] = {}
+    for i in range(loaded.input_count()):
+        dims = str(loaded.input_fact(i)).split(",")[:-1]  # "batch,3,32,32,f32"
+        for dim, size in zip(dims, feeds[loaded.input_name(i)].shape, strict=False):
+            if dim.isidentifier():
+                found[dim] = int(size)
+    return found
+
+
 def _runnable(path: str, names: list[str] | None, feeds: dict[str, Any], facts: bool) -> Any:
-    loaded = importlib.import_module("tract").onnx().load(path)
+    tract = importlib.import_module("tract")
+    loaded = tract.onnx().load(path)
+    symbols = {} if facts else _symbols(loaded, feeds)
     if facts:
         for i in range(loaded.input_count()):
             value = feeds[loaded.input_name(i)]
@@ -52,7 +68,10 @@ def _runnable(path: str, names: list[str] | None, feeds: dict[str, Any], facts: 
     else:
         raise RuntimeError(f"tract computes only the model's {len(outputs)} outputs, not {len(names)} values")
     order = [loaded.input_name(i) for i in range(loaded.input_count())]
-    return loaded.into_model().into_runnable(), positions, order, facts
+    model = loaded.into_model()
+    if symbols:
+        model.transform(importlib.import_module("tract.transform").SetSymbols(symbols))
+    return model.into_runnable(), positions, order, facts
 
 
 def _typed(path: str, names: list[str] | None, feeds: dict[str, Any]) -> Any:
