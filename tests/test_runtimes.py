@@ -15,6 +15,7 @@ from pathlib import Path
 
 import numpy as np
 import onnx
+import onnxruntime as ort
 import pytest
 from _mutants import one_node
 from onnx import TensorProto, helper
@@ -210,15 +211,24 @@ def test_rotary_embedding_is_written_as_its_body_where_the_runtime_lacks_it(back
     assert [n.op_type for n in kept.graph.node] == ["RotaryEmbedding"]
 
 
-def test_mnn_refuses_isnan_naming_why_its_form_is_wrong_there() -> None:
-    """MNN 3.6.1's converter fails on IsNaN and its Equal(x, x) is true on NaN, so the isnan-equal form OpenVINO
-    2023.0 gets would be wrong there (measured 2026-12-02): refused in one line; --allow-fallback keeps it."""
-    model = one_node("IsNaN", 13, None, [2, 8])
-    with pytest.raises(ConversionError, match=r"^node .*IsNaN-13.*mnn==3\.6 cannot run it: .*true on NaN") as refusal:
-        lowerer.convert(model, for_backend="mnn==3.6", verify=False)
-    assert "\n" not in str(refusal.value)
-    kept = lowerer.convert(model, for_backend="mnn==3.6", verify=False, allow_fallback=True).model
-    assert [n.op_type for n in kept.graph.node] == ["IsNaN"]
+_NAN_ROW = np.array([[np.nan, 1.0, -np.inf, np.inf, 0.0, -0.0, 3.5, -np.nan, 3.4e38, -3.4e38, 1e-45, -1e-45]])
+
+
+@pytest.mark.parametrize("opset", [9, 11, 12, 13, 17, 20])
+@pytest.mark.parametrize("elem", [TensorProto.FLOAT, TensorProto.DOUBLE, TensorProto.FLOAT16])
+def test_mnn_writes_isnan_as_not_at_most_infinity(opset: int, elem: int) -> None:
+    """MNN 3.6.1's converter fails on IsNaN and its Equal(x, x) is true on NaN (the isnan-equal form would be
+    wrong there); Not(LessOrEqual(x, +inf)) is right there (measured 2026-12-02): written, exact on NaN, ±inf, ±0,
+    the largest and smallest values (below opset 12: Not(Or(Less(x, +inf), Greater(x, max))))."""
+    model = one_node("IsNaN", opset, None, elem=elem, shape=list(_NAN_ROW.shape))
+    result = lowerer.convert(model, for_backend="mnn==3.6")
+    ops = {n.op_type for n in result.model.graph.node}
+    assert "IsNaN" not in ops and "Equal" not in ops and ("LessOrEqual" in ops) == (opset >= 12)
+    assert [r.status for r in result.report.rewrites] == ["verified"]
+    with np.errstate(over="ignore"):
+        x = _NAN_ROW.astype(onnx.helper.tensor_dtype_to_np_dtype(elem))
+    got = ort.InferenceSession(result.model.SerializeToString()).run(None, {"x": x})[0]
+    np.testing.assert_array_equal(got, np.isnan(x))
 
 
 def test_tvm_keeps_a_topk_10_whose_k_is_one() -> None:

@@ -80,6 +80,7 @@ REWRITES: dict[str, str] = {
     "hardmax-reduce": "Hardmax -> first maximum from ReduceMax + Equal + Where + ReduceMin, + one-hot (no ArgMax/TopK)",
     "expand": "the op's ONNX function body",
     "isnan-equal": "IsNaN -> Not(Equal(x, x)) (NaN is the one value unequal to itself)",
+    "isnan-ordered": "IsNaN -> Not(LessOrEqual(x, +inf)) (NaN is the one value not at most +inf)",
     "gelu-mul": "Gelu (approximate=none) -> 0.5 x (1 + Erf(x * (1/sqrt 2))) (Mul, not the body's Div by Sqrt(2))",
     "gelu-tanh-cube": "Gelu (approximate=tanh) -> its function body with x * x * x for Pow(x, 3)",
     "einsum-diagonal": "Einsum with a letter repeated in an operand -> its diagonal by Gather, then Einsum over it",

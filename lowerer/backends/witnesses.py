@@ -140,7 +140,22 @@ class Witness:
             with np.load(work / "outputs.npz", allow_pickle=False) as data:
                 count = len(data.files) // max(len(sets), 1)
                 values = [[np.array(data[f"s{k}_{j}"]) for j in range(count)] for k in range(len(sets))]
-            return Ran(values, placement)
+            return Ran(self._bools_read_back(model, wanted, values), placement)
+
+    def _bools_read_back(self, model: onnx.ModelProto, wanted: list[str],
+                         values: list[list[np.ndarray]]) -> list[list[np.ndarray]]:
+        """A runtime that holds bools as integers (``BOOL_AS_INT``): its 0/1 outputs the model declares bool, as bool.
+
+        Any other value is left as it is, so the comparison still sees it.
+        """
+        record = runtime_of(self.runtime)
+        if record is None or not record.bool_as_int:
+            return values
+        declared = {v.name: v.type.tensor_type.elem_type
+                    for v in [*model.graph.output, *model.graph.value_info, *model.graph.input]}
+        bools = {j for j, name in enumerate(wanted) if declared.get(name) == onnx.TensorProto.BOOL}
+        return [[v.astype(bool) if j in bools and v.dtype.kind in "iu" and np.isin(v, (0, 1)).all() else v
+                 for j, v in enumerate(row)] for row in values]
 
     def _call(self, args: list[str], timeout: float, work: Path) -> None:
         """The worker run with ``work`` as its current directory.

@@ -200,6 +200,8 @@ ENTRY_FORMS: dict[str, tuple[str, str, int]] = {
     "expand": (r"^GroupNormalization-21-(dynamic|rank3)$", "qnn==2.6", 21),
     "gather-slices": (r"^Gather-13-(negative|list|list-2d)$", "ncnn", 17),
     "where-constant": (r"^Where-16-constant-condition$", "ncnn", 17),
+    "isnan-ordered": (r"^IsNaN-13$", "mnn==3.6", 17),
+    "isnan-ordered-below-12": (r"^IsNaN-13$", "mnn==3.6", 11),
 }
 
 

@@ -10,7 +10,8 @@ here registers nothing: ``tests/test_registry.py`` checks every module of the pa
 * backend forms: :mod:`.backend_forms` (``argmax-flip``, ``last-axis``, ``constant-inputs``), :mod:`.topk_forms`
   (``argmax-topk``, ``hardmax-topk``, ``shape-slice``), :mod:`.reduce_forms` (``argmax-reduce``, ``hardmax-reduce``),
   :mod:`.einsum` (``einsum-diagonal``), :mod:`.backend_forms` (``gelu-mul``, ``gelu-tanh-cube``,
-  ``attention-scale-after``, ``where-constant``, ``gather-slices``);
+  ``attention-scale-after``, ``where-constant``, ``gather-slices``), :mod:`.isnan_forms` (``isnan-equal``,
+  ``isnan-ordered``);
 * lowerings (ops with no function body written with older ops, for targets that lack them): :mod:`.trilu`,
   :mod:`.mod`, :mod:`.cumsum`, :mod:`.constant_of_shape`, :mod:`.gather_elements`, :mod:`.einsum`,
   :mod:`.expand_where`, :mod:`.deform_conv`, GridSample-16's in :mod:`.grid_sample` (beside its 16 ↔ 20
@@ -61,7 +62,6 @@ from lowerer.rules.backend_forms import (
     GatherSlicesForm,
     GeluMulForm,
     GeluTanhCubeForm,
-    IsNaNEqualForm,
     LastAxisForm,
     SelectLastIndexForm,
     WhereConstantForm,
@@ -70,6 +70,7 @@ from lowerer.rules.einsum import EinsumDiagonalForm
 from lowerer.rules.global_max_pool import GlobalMaxPoolDecomposition
 from lowerer.rules.hardmax import CoercedAxisRule
 from lowerer.rules.hardmax_decomposition import HardmaxDecomposition
+from lowerer.rules.isnan_forms import IsNaNEqualForm, IsNaNOrderedForm
 from lowerer.rules.reduce_forms import ArgReduceForm, HardmaxReduceForm
 from lowerer.rules.topk_forms import ArgTopKForm, HardmaxTopKForm, ShapeSliceForm
 from lowerer.steps.registry import REGISTRY
@@ -89,6 +90,7 @@ REGISTRY.form("shape-slice", ("Shape",), ShapeSliceForm)
 REGISTRY.form("argmax-reduce", ("ArgMax", "ArgMin"), ArgReduceForm)
 REGISTRY.form("hardmax-reduce", ("Hardmax",), HardmaxReduceForm)
 REGISTRY.form("isnan-equal", ("IsNaN",), IsNaNEqualForm)
+REGISTRY.form("isnan-ordered", ("IsNaN",), IsNaNOrderedForm)
 REGISTRY.form("einsum-diagonal", ("Einsum",), EinsumDiagonalForm)
 REGISTRY.form("gelu-mul", ("Gelu",), GeluMulForm)
 REGISTRY.form("gelu-tanh-cube", ("Gelu",), GeluTanhCubeForm)

@@ -14,7 +14,6 @@ expansion they are the forms of :data:`lowerer.backends.profile.REWRITES`:
 * :class:`ConstantInputsForm` (``constant-inputs``): the inputs a backend wants constant (a
   Reshape's shape, Slice's parameters, ReduceMax's axes, OneHot's depth) written as initializers
   where :mod:`lowerer.facts.constants` proves their value (a shape computed from static dims ...);
-* :class:`IsNaNEqualForm` (``isnan-equal``): IsNaN as ``Not(Equal(x, x))``;
 * :class:`GeluMulForm` (``gelu-mul``): Gelu-20 (``approximate="none"``) as ``0.5 x (1 + Erf(x * (1/sqrt 2)))``;
 * :class:`GeluTanhCubeForm` (``gelu-tanh-cube``): Gelu-20 (``approximate="tanh"``) as its function body with
   ``x * x * x`` for ``Pow(x, 3)``;
@@ -24,6 +23,8 @@ expansion they are the forms of :data:`lowerer.backends.profile.REWRITES`:
   the branch it takes;
 * :class:`GatherSlicesForm` (``gather-slices``): Gather with constant indices (rank >= 1) as one Slice per index,
   concatenated along the axis.
+
+IsNaN's forms are :mod:`lowerer.rules.isnan_forms`'.
 """
 
 from __future__ import annotations
@@ -41,7 +42,7 @@ from lowerer.rules.hardmax import CoercedAxisRule, read_axis_meaning
 from lowerer.steps.emitter import Emitter, Rule, normalize_axis
 
 __all__ = ["AttentionScaleAfterForm", "ConstantInputsForm", "GatherSlicesForm", "GeluMulForm", "GeluTanhCubeForm",
-           "IsNaNEqualForm", "LastAxisForm", "SelectLastIndexForm", "WhereConstantForm"]
+           "LastAxisForm", "SelectLastIndexForm", "WhereConstantForm"]
 
 
 class SelectLastIndexForm(ArgExtremumRule):
@@ -188,34 +189,6 @@ class ConstantInputsForm(Rule):
             if elem is not None:
                 value = np.asarray(value).astype(onnx.helper.tensor_dtype_to_np_dtype(elem), copy=False)
             copy.input[index] = em.const(np.asarray(value), f"const{index}")
-
-
-class IsNaNEqualForm(Rule):
-    """``IsNaN(x)`` → ``Not(Equal(x, x))``, exactly: NaN is the one value unequal to itself (IEEE 754).
-
-    OpenVINO 2023.0's CPU plugin turns a transformer's ``IsNaN`` over a Softmax into an Eltwise on bool
-    and fails to compile it; Equal + Not compile there. Equal takes floats from opset 11 (bfloat16 from
-    13); a float8 input (IsNaN-20) has no Equal: refused.
-    """
-
-    name = "isnan-equal"
-    op_types = ("IsNaN",)
-    versions = (9, 13, 20)
-    decomposition = "isnan-equal"
-
-    def rewrite(self, em: Emitter) -> None:
-        """Emit ``Not(Equal(x, x))`` for ``em.node``."""
-        node = em.node
-        elem = em.elem_type(node.input[0])
-        floats = {onnx.TensorProto.FLOAT, onnx.TensorProto.DOUBLE, onnx.TensorProto.FLOAT16}
-        if em.target >= 13:
-            floats.add(onnx.TensorProto.BFLOAT16)
-        if elem not in floats or em.target < 11:
-            shown = "unknown" if elem is None else onnx.TensorProto.DataType.Name(elem)
-            em.refuse(f"the isnan-equal form needs Equal on the input's type ({shown}): float16, float and double "
-                      "from opset 11, bfloat16 from 13")
-        same = em.op("Equal", [node.input[0], node.input[0]])
-        em.op("Not", [same], list(node.output))
 
 
 class GeluMulForm(Rule):

@@ -17,6 +17,8 @@ Judged (``equal``: NaN at the same positions, every other value as on any set):
   of NaN is NaN); lowerer's scatter adapters promise exactly that (``lowerer/rules/scatter.py``);
 * Max, Min (elementwise): onnxruntime propagates NaN (``onnxruntime/core/providers/cpu/math/
   element_wise_ops.cc``; measured on 1.32.0: Max-8/12/13 of NaN and 1.0 is NaN, either order);
+* IsNaN, IsInf: the spec defines them on NaN ("true where the input is NaN"; IsInf is false on NaN), and
+  a form of IsNaN (``isnan-equal``, ``isnan-ordered``) is nothing but its answer on NaN;
 * ReduceMax, ReduceMin: as onnxruntime computes them (measured on 1.32.0, versions 11 to 20: a leading
   NaN of the reduced row gives NaN, a later one is skipped), the same kernel on both sides of a rewrite
   that keeps the op.
@@ -54,7 +56,7 @@ NAN_RULES: dict[str, str] = {
     "Where": _EQUAL, "Gather": _EQUAL, "GatherElements": _EQUAL, "GatherND": _EQUAL,
     "ScatterElements": _EQUAL, "ScatterND": _EQUAL, "Scatter": _EQUAL,
     "Max": _EQUAL, "Min": _EQUAL, "ReduceMax": _EQUAL, "ReduceMin": _EQUAL,
-    "ArgMax": "arg-index", "ArgMin": "arg-index", "Hardmax": "one-hot",
+    "ArgMax": "arg-index", "ArgMin": "arg-index", "Hardmax": "one-hot", "IsNaN": _EQUAL, "IsInf": _EQUAL,
 }
 
 

@@ -22,6 +22,9 @@ For the ops below, :func:`constructed` adds a bounded number of sets built to hi
   condition and the indices stay valid (the indices are folded into range, :func:`.domain.into_domain`);
 * DeformConv, GridSample (``sampling-edges``): sampling points exactly on integer pixels and on the
   borders, next to ±inf and NaN pixels (:mod:`.sampling`);
+* IsNaN, IsInf (``non-finite``): every value class of the float type in every set, tiled: NaN, ±inf, ±0,
+  the largest finite value and the smallest subnormal of each sign, ±1 (a classification wrong on one
+  class shows on every seed);
 * Cast, CastLike (``cast-edges``): values at the target type's edges (float16's largest finite and the
   values that round past it, subnormals, in-range integer bounds, halves, signed zeros);
 * Gemm, MatMul (``signed-zeros``): A negative and B positive, both of the type's smallest normal
@@ -59,6 +62,8 @@ _ARG = {"ArgMax": 1, "ArgMin": -1, "Hardmax": 1}
 _MAX_LIKE = {"GlobalMaxPool": 1, "MaxPool": 1, "ReduceMax": 1, "ReduceMin": -1}
 _SCATTERS = ("ScatterElements", "ScatterND", "Scatter")
 _PRODUCTS = ("Gemm", "MatMul")
+#: The ops that classify float values: every class in every set.
+_CLASSIFIERS = ("IsNaN", "IsInf")
 #: The select-like ops and the positions of their float inputs (the values they choose among).
 _SELECTS = {"Where": (1, 2), "ScatterElements": (0, 2), "ScatterND": (0, 2), "Scatter": (0, 2),
             "GatherElements": (0,), "Gather": (0,), "GatherND": (0,)}
@@ -257,6 +262,17 @@ def _cast_edges(node: onnx.NodeProto, elems: Sequence[int], shape: tuple[int, ..
     return [("cast-edges", {0: given}, f"{len(pool)} values at {target}'s edges (signed zeros, halves, bounds)")]
 
 
+def _value_classes(dtype: np.dtype[Any], shape: tuple[int, ...]) -> list[Constructed]:
+    """NaN, ±inf, ±0, ±the largest finite value, ±the smallest subnormal and ±1, tiled over ``shape``."""
+    if not _is_float(dtype) or 0 in shape:
+        return []
+    info = ml_dtypes.finfo(dtype) if dtype == _BF16 else np.finfo(dtype)  # type: ignore[no-untyped-call]
+    big, tiny = float(info.max), float(info.smallest_subnormal)
+    pool = np.array([np.nan, np.inf, -np.inf, 0.0, -0.0, big, -big, tiny, -tiny, 1.0, -1.0], np.float64)
+    values = np.resize(pool.astype(dtype), shape) if shape else pool[:1].astype(dtype).reshape(())
+    return [("non-finite", {0: values}, "every value class: NaN, ±inf, ±0, ±max, ±the smallest subnormal, ±1")]
+
+
 def _signed_zeros(dtype: np.dtype[Any], shapes: Sequence[tuple[int, ...]], rng: np.random.Generator
                   ) -> list[Constructed]:
     """A negative, B positive, both tiny (every product underflows to -0.0), Gemm's C -0.0."""
@@ -295,4 +311,6 @@ def constructed(node: onnx.NodeProto, version: int, elems: Sequence[int], shapes
         return _cast_edges(node, elems, shapes[0])
     if op in _PRODUCTS:
         return _signed_zeros(dtype, shapes, rng)
+    if op in _CLASSIFIERS:
+        return _value_classes(dtype, shapes[0])
     return []

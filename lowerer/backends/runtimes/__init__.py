@@ -19,7 +19,9 @@ the standard library, numpy and its runtime, inside its functions). A module hol
   does, measured: the deployment check records, not judges, a ±inf set whose first departing node is one),
   and optionally ``JUDGES_CHANGES`` (True: the deployment check judges what lowerer changed there, a failure
   or difference the original model shows there too being recorded, not a failed verification:
-  onnxruntime-qnn, which users run with its CPU fallback, where the original's own failures are the runtime's);
+  onnxruntime-qnn, which users run with its CPU fallback, where the original's own failures are the runtime's),
+  and optionally ``BOOL_AS_INT`` (True: the runtime holds bool tensors as integers, so a bool output comes
+  back as 0 and 1: read as bool where the model declares it bool and every value is 0 or 1; MNN);
 * ``version(param)``: ``{"version": ...}`` (and ``RELEASE``'s key when it has one), raising ImportError
   when the runtime is not installed;
 * ``load(model_path, param)``, ``prepare(loaded, names, feeds, param)`` and
@@ -63,6 +65,7 @@ class Runtime:
     #: ``(op, statement, source)`` per op whose kernel computes NaN or ±inf otherwise than onnxruntime does.
     nonfinite: tuple[tuple[str, str, str], ...] = ()
     judges_changes: bool = False
+    bool_as_int: bool = False
 
     def device_of(self, param: str) -> str:
         """The device a witness of this runtime runs on (``param``: what follows ``NAME:``)."""
@@ -80,7 +83,8 @@ def _record(module: ModuleType) -> Runtime:
                    path=Path(str(module.__file__)),
                    nonfinite=tuple((str(op), str(said), str(source))
                                    for op, said, source in getattr(module, "NONFINITE", ())),
-                   judges_changes=bool(getattr(module, "JUDGES_CHANGES", False)))
+                   judges_changes=bool(getattr(module, "JUDGES_CHANGES", False)),
+                   bool_as_int=bool(getattr(module, "BOOL_AS_INT", False)))
 
 
 @functools.cache

@@ -5,7 +5,8 @@ The converter is the C entry ``_tools.mnnconvert`` (what ``MNN.tools.mnnconvert`
 aliyun-log-python-sdk`` and the script posts a usage record (``MNN/tools/mnnconvert.py``,
 ``MNN/tools/utils/log.py`` of MNN 3.6.1). Inputs go in as float32 (float types), int32 (integer
 types, as MNN holds them) or uint8 (bool); outputs are read back in the NCHW (Caffe) layout, int32 ones as
-int64 (MNN's converter holds ONNX's int64 as int32: a model's own int32 output then reads as int64). Loaded by
+int64 (MNN's converter holds ONNX's int64 as int32: a model's own int32 output then reads as int64), and a bool
+output as int32 0 and 1 (``BOOL_AS_INT``: the witness reads it back as bool). Loaded by
 path in the witness worker: imports only the standard library, numpy and MNN.
 """
 
@@ -19,6 +20,8 @@ import tempfile
 from typing import Any
 
 NAME = "MNN"
+#: MNN holds bool tensors as int32 (measured 2026-12-02, MNN 3.6.1: Not(LessOrEqual(x, +inf)) comes back int32 0/1).
+BOOL_AS_INT = True
 LABEL = "MNN"
 DEVICE = "CPU (session API, precision high)"
 DISTRIBUTION = "MNN"
