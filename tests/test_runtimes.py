@@ -231,6 +231,59 @@ def test_mnn_writes_isnan_as_not_at_most_infinity(opset: int, elem: int) -> None
     np.testing.assert_array_equal(got, np.isnan(x))
 
 
+def _constant_of_shape(shape: onnx.TensorProto | None, value: np.ndarray) -> onnx.ModelProto:
+    """ConstantOfShape of input ``s`` (an initializer when ``shape`` is given, else a graph input) times ``x``."""
+    nodes = [helper.make_node("ConstantOfShape", ["s"], ["c"], name="fill",
+                              value=onnx.numpy_helper.from_array(value.reshape(1))),
+             helper.make_node("Mul", ["x", "c"], ["y"])]
+    inputs = [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 3])]
+    if shape is None:
+        inputs.append(helper.make_tensor_value_info("s", TensorProto.INT64, [None]))
+    graph = helper.make_graph(nodes, "g", inputs, [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, 3])],
+                              [] if shape is None else [shape])
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=8)
+
+
+def test_mnn_writes_a_0d_constant_of_shape_as_its_value() -> None:
+    """MNN 3.6.1 fills ConstantOfShape of an empty shape with garbage (measured 2026-12-02): the provably empty
+    shape's output is written as a 0-d initializer (constant-fill), verified; a ConstantOfShape of a non-empty
+    shape is kept; one whose shape is computed at run time (its length unknown) is refused in one line."""
+    empty = onnx.numpy_helper.from_array(np.zeros(0, np.int64), "s")
+    result = lowerer.convert(_constant_of_shape(empty, np.array([2.5], np.float32)), for_backend="mnn==3.6")
+    assert [n.op_type for n in result.model.graph.node] == ["Identity", "Mul"]
+    assert [r.status for r in result.report.rewrites] == ["verified"]
+    x = np.arange(6, dtype=np.float32).reshape(2, 3)
+    got = ort.InferenceSession(result.model.SerializeToString()).run(None, {"x": x})[0]
+    np.testing.assert_array_equal(got, x * np.float32(2.5))
+    three = onnx.numpy_helper.from_array(np.array([3], np.int64), "s")
+    kept = lowerer.convert(_constant_of_shape(three, np.array([2.5], np.float32)), for_backend="mnn==3.6").model
+    assert [n.op_type for n in kept.graph.node] == ["ConstantOfShape", "Mul"]
+    with pytest.raises(ConversionError, match=r"^node 'fill' \(ConstantOfShape-9.*not provably constant"):
+        lowerer.convert(_constant_of_shape(None, np.array([2.5], np.float32)), for_backend="mnn==3.6")
+
+
+def test_mnn_writes_the_default_fill_of_a_constant_of_shape_without_value() -> None:
+    """MNN 3.6.1 leaves ConstantOfShape without value unfilled (measured 2026-12-02): written with value = float32
+    0 (its default), verified; with an empty shape too, the 0-d form (constant-fill) takes it."""
+    shape = helper.make_node("Shape", ["x"], ["s"])
+    fill = helper.make_node("ConstantOfShape", ["s"], ["c"], name="fill")
+    add = helper.make_node("Add", ["x", "c"], ["y"])
+    graph = helper.make_graph([shape, fill, add], "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 3])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, 3])])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=8)
+    result = lowerer.convert(model, for_backend="mnn==3.6")
+    (written,) = [n for n in result.model.graph.node if n.op_type == "ConstantOfShape"]
+    (value,) = [a.t for a in written.attribute if a.name == "value"]
+    assert value.data_type == TensorProto.FLOAT and onnx.numpy_helper.to_array(value).tolist() == [0.0]
+    assert [r.status for r in result.report.rewrites] == ["verified"]
+    empty = onnx.numpy_helper.from_array(np.zeros(0, np.int64), "s")
+    graph = helper.make_graph([fill, add], "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 3])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, 3])], [empty])
+    scalar = lowerer.convert(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=8),
+                             for_backend="mnn==3.6")
+    assert [n.op_type for n in scalar.model.graph.node] == ["Identity", "Add"]
+
+
 def test_tvm_keeps_a_topk_10_whose_k_is_one() -> None:
     """TVM 0.27 ignores TopK-10's k (one column comes out): right for a constant k of 1, refused otherwise."""
     def topk(k: int) -> onnx.ModelProto:

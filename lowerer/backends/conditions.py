@@ -59,6 +59,11 @@ def _type_name(facts: Facts, name: str) -> str | None:
     return None if elem is None else onnx.TensorProto.DataType.Name(elem).lower()
 
 
+def _check_attributes_absent(node: onnx.NodeProto, version: int, facts: Facts, value: Any) -> bool:
+    """No listed attribute is written on the node (its schema default holds: ConstantOfShape's ``value``)."""
+    return not any(a.name in set(value) for a in node.attribute)
+
+
 def _check_dtypes(node: onnx.NodeProto, version: int, facts: Facts, value: Any) -> bool:
     """The first input's element type is one of those listed (unknown: no)."""
     return _type_name(facts, node.input[0] if node.input else "") in set(value)
@@ -180,6 +185,14 @@ def _check_innermost_size_at_least(node: onnx.NodeProto, version: int, facts: Fa
     return None in span or int(np.prod([int(d) for d in span if d is not None], dtype=np.int64)) >= int(value)
 
 
+def _check_shape_input_empty(node: onnx.NodeProto, version: int, facts: Facts, value: Any) -> bool:
+    """Whether the shape input (input 0: ConstantOfShape's) is empty, a 0-d output, as ``value`` (unknown: yes)."""
+    dims = facts.dims(node.input[0]) if node.input else None
+    if dims is None or len(dims) != 1 or dims[0] is None:
+        return True
+    return (dims[0] == 0) == bool(value)
+
+
 def _check_repeated_letters(node: onnx.NodeProto, version: int, facts: Facts, value: Any) -> bool:
     """Whether Einsum's equation repeats a letter within one operand (a diagonal or trace: ``ii->``), as ``value``."""
     equation = _attribute_or_default(node, version, "equation")
@@ -221,6 +234,7 @@ CHECKS: dict[str, Callable[[onnx.NodeProto, int, Facts, Any], bool]] = {
     "attribute": _check_attribute,
     "attribute_in": _check_attribute_in,
     "attributes_present": _check_attributes_present,
+    "attributes_absent": _check_attributes_absent,
     "dtypes": _check_dtypes,
     "not_dtypes": _check_not_dtypes,
     "literal_inputs": _check_literal_inputs,
@@ -230,6 +244,7 @@ CHECKS: dict[str, Callable[[onnx.NodeProto, int, Facts, Any], bool]] = {
     "dynamic_shape": _check_dynamic_shape,
     "axis_size_dynamic": _check_axis_size_dynamic,
     "innermost_size_at_least": _check_innermost_size_at_least,
+    "shape_input_empty": _check_shape_input_empty,
     "repeated_letters": _check_repeated_letters,
     "empty_guard": _check_empty_guard,
     "constant_inputs": _check_constant_inputs,
@@ -237,40 +252,35 @@ CHECKS: dict[str, Callable[[onnx.NodeProto, int, Facts, Any], bool]] = {
 }
 
 
+def _said_pairs(value: Any, joiner: str) -> str:
+    return ", ".join(joiner.format(k=k, v=v) for k, v in dict(value).items())
+
+
+#: The words each condition gives, from its value ("" when it says nothing).
+_SAID: dict[str, Callable[[Any], str]] = {
+    "attribute": lambda v: "with " + _said_pairs(v, "{k}={v}"),
+    "attribute_in": lambda v: "with " + ", ".join(f"{k} in {'/'.join(map(str, x))}" for k, x in dict(v).items()),
+    "attributes_present": lambda v: "with " + " or ".join(v) + " set",
+    "attributes_absent": lambda v: "without " + " or ".join(v),
+    "dtypes": lambda v: "on " + "/".join(v),
+    "not_dtypes": lambda v: "on types other than " + "/".join(v),
+    "literal_inputs": lambda v: f"with input(s) {', '.join(map(str, v))} not a constant",
+    "input_values_outside": lambda v: "with " + _said_pairs(v, "input {k} not a constant among {v}"),
+    "rank_not": lambda v: f"of rank other than {v}",
+    "axis_not_last": lambda v: "on a non-last axis" if v else "on the last axis",
+    "dynamic_shape": lambda v: "with a dynamic input shape" if v else "with a static input shape",
+    "repeated_letters": lambda v: "with a letter repeated within an operand (a diagonal)" if v else "",
+    "axis_size_dynamic": lambda v: "with a dynamic size along the axis" if v else "",
+    "innermost_size_at_least": lambda v: f"along the innermost axis, over {v} elements or more (or a size not known)",
+    "shape_input_empty": lambda v: "with an empty shape (a 0-d output)" if v else "with a non-empty shape",
+    "empty_guard": lambda v: "an empty-input guard" if v else "other than an empty-input guard",
+    "constant_inputs": lambda v: f"with input(s) {', '.join(map(str, v['inputs']))} "
+                                 f"{'provably constant' if v['constant'] else 'computed at run time'}",
+    "sole_node": lambda v: "as the model's only node" if v else "in a model of more than one node",
+}
+
+
 def describe_condition(name: str, value: Any) -> str:
     """The words ``inspect`` and refusals give for condition ``name`` with ``value`` ("" when it says nothing)."""
-    if name == "attribute":
-        return "with " + ", ".join(f"{k}={v}" for k, v in dict(value).items())
-    if name == "attribute_in":
-        return "with " + ", ".join(f"{k} in {'/'.join(map(str, v))}" for k, v in dict(value).items())
-    if name == "attributes_present":
-        return "with " + " or ".join(value) + " set"
-    if name == "dtypes":
-        return "on " + "/".join(value)
-    if name == "not_dtypes":
-        return "on types other than " + "/".join(value)
-    if name == "literal_inputs":
-        return f"with input(s) {', '.join(map(str, value))} not a constant"
-    if name == "input_values_outside":
-        return "with " + ", ".join(f"input {k} not a constant among {v}" for k, v in dict(value).items())
-    if name == "rank_not":
-        return f"of rank other than {value}"
-    if name == "axis_not_last":
-        return "on a non-last axis" if value else "on the last axis"
-    if name == "dynamic_shape":
-        return "with a dynamic input shape" if value else "with a static input shape"
-    if name == "repeated_letters":
-        return "with a letter repeated within an operand (a diagonal)" if value else ""
-    if name == "axis_size_dynamic":
-        return "with a dynamic size along the axis" if value else ""
-    if name == "innermost_size_at_least":
-        return f"along the innermost axis, over {value} elements or more (or a size not known)"
-    if name == "empty_guard":
-        return "an empty-input guard" if value else "other than an empty-input guard"
-    if name == "constant_inputs":
-        shown = ", ".join(map(str, value["inputs"]))
-        return f"with input(s) {shown} {'provably constant' if value['constant'] else 'computed at run time'}"
-    if name == "sole_node":
-        return "as the model's only node" if value else "in a model of more than one node"
-    return ""
-
+    said = _SAID.get(name)
+    return said(value) if said is not None else ""

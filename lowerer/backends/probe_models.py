@@ -260,6 +260,21 @@ def _filled_and_split(add: Callable[..., None]) -> None:
          n("Mul", ["x", "c"], ["y"])], 13, [])
     add("ConstantOfShape-9-no-value", "ConstantOfShape without value (ONNX's default: float32 0)",
         [n("Shape", ["x"], ["s"]), n("ConstantOfShape", ["s"], ["c"]), n("Add", ["x", "c"], ["y"])], 13, [])
+    add("ConstantOfShape-9-bool", "ConstantOfShape from Shape filled with bool true, a Where's condition",
+        [n("Shape", ["x"], ["s"]), n("ConstantOfShape", ["s"], ["c"], value=numpy_helper.from_array(np.array([True]))),
+         n("Neg", ["x"], ["m"]), n("Where", ["c", "x", "m"], ["y"])], 13, [])
+    add("ConstantOfShape-9-bool-constant-shape", "ConstantOfShape of a constant shape filled with bool true, a Where's "
+        "condition", [n("ConstantOfShape", ["s"], ["c"], value=numpy_helper.from_array(np.array([True]))),
+                      n("Neg", ["x"], ["m"]), n("Where", ["c", "x", "m"], ["y"])], 13,
+        _consts(s=np.array([2, 3, 4], np.int64)))
+    add("ConstantOfShape-9-bool-and", "ConstantOfShape of a constant shape filled with bool true, And x > -1e30, a "
+        "Where's condition", [n("ConstantOfShape", ["s"], ["c"], value=numpy_helper.from_array(np.array([True]))),
+                              n("Greater", ["x", "low"], ["g"]), n("And", ["c", "g"], ["k"]), n("Neg", ["x"], ["m"]),
+                              n("Where", ["k", "x", "m"], ["y"])], 13,
+        _consts(s=np.array([2, 3, 4], np.int64), low=np.array(-1e30, np.float32)))
+    add("ConstantOfShape-9-scalar", "ConstantOfShape of an empty shape (a 0-d output), value 2.5, times x",
+        [n("ConstantOfShape", ["e"], ["c"], value=numpy_helper.from_array(np.array([2.5], np.float32))),
+         n("Mul", ["x", "c"], ["y"])], 13, _consts(e=np.zeros(0, np.int64)))
     add("Split-13-empty-part", "Split into 2, 0 and 2 along the last axis, the parts concatenated back",
         [n("Split", ["x", "sp"], ["a", "b", "c"], axis=2), n("Concat", ["c", "b", "a"], ["y"], axis=2)], 13,
         _consts(sp=np.array([2, 0, 2], np.int64)))

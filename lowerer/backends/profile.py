@@ -81,6 +81,8 @@ REWRITES: dict[str, str] = {
     "expand": "the op's ONNX function body",
     "isnan-equal": "IsNaN -> Not(Equal(x, x)) (NaN is the one value unequal to itself)",
     "isnan-ordered": "IsNaN -> Not(LessOrEqual(x, +inf)) (NaN is the one value not at most +inf)",
+    "constant-fill": "ConstantOfShape of a provably constant shape -> the filled tensor as an initializer",
+    "explicit-fill": "ConstantOfShape without value -> the same node with value = float32 0 (its default) written",
     "gelu-mul": "Gelu (approximate=none) -> 0.5 x (1 + Erf(x * (1/sqrt 2))) (Mul, not the body's Div by Sqrt(2))",
     "gelu-tanh-cube": "Gelu (approximate=tanh) -> its function body with x * x * x for Pow(x, 3)",
     "einsum-diagonal": "Einsum with a letter repeated in an operand -> its diagonal by Gather, then Einsum over it",

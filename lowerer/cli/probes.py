@@ -202,6 +202,8 @@ ENTRY_FORMS: dict[str, tuple[str, str, int]] = {
     "where-constant": (r"^Where-16-constant-condition$", "ncnn", 17),
     "isnan-ordered": (r"^IsNaN-13$", "mnn==3.6", 17),
     "isnan-ordered-below-12": (r"^IsNaN-13$", "mnn==3.6", 11),
+    "constant-fill": (r"^ConstantOfShape-9-scalar$", "mnn==3.6", 17),
+    "explicit-fill": (r"^ConstantOfShape-9-no-value$", "mnn==3.6", 17),
 }
 
 

@@ -11,7 +11,8 @@ here registers nothing: ``tests/test_registry.py`` checks every module of the pa
   (``argmax-topk``, ``hardmax-topk``, ``shape-slice``), :mod:`.reduce_forms` (``argmax-reduce``, ``hardmax-reduce``),
   :mod:`.einsum` (``einsum-diagonal``), :mod:`.backend_forms` (``gelu-mul``, ``gelu-tanh-cube``,
   ``attention-scale-after``, ``where-constant``, ``gather-slices``), :mod:`.isnan_forms` (``isnan-equal``,
-  ``isnan-ordered``);
+  ``isnan-ordered``), :mod:`.constant_of_shape` (``constant-fill``,
+  ``explicit-fill``);
 * lowerings (ops with no function body written with older ops, for targets that lack them): :mod:`.trilu`,
   :mod:`.mod`, :mod:`.cumsum`, :mod:`.constant_of_shape`, :mod:`.gather_elements`, :mod:`.einsum`,
   :mod:`.expand_where`, :mod:`.deform_conv`, GridSample-16's in :mod:`.grid_sample` (beside its 16 ↔ 20
@@ -66,6 +67,7 @@ from lowerer.rules.backend_forms import (
     SelectLastIndexForm,
     WhereConstantForm,
 )
+from lowerer.rules.constant_of_shape import ConstantFillForm, ExplicitFillForm
 from lowerer.rules.einsum import EinsumDiagonalForm
 from lowerer.rules.global_max_pool import GlobalMaxPoolDecomposition
 from lowerer.rules.hardmax import CoercedAxisRule
@@ -91,6 +93,8 @@ REGISTRY.form("argmax-reduce", ("ArgMax", "ArgMin"), ArgReduceForm)
 REGISTRY.form("hardmax-reduce", ("Hardmax",), HardmaxReduceForm)
 REGISTRY.form("isnan-equal", ("IsNaN",), IsNaNEqualForm)
 REGISTRY.form("isnan-ordered", ("IsNaN",), IsNaNOrderedForm)
+REGISTRY.form("constant-fill", ("ConstantOfShape",), ConstantFillForm)
+REGISTRY.form("explicit-fill", ("ConstantOfShape",), ExplicitFillForm)
 REGISTRY.form("einsum-diagonal", ("Einsum",), EinsumDiagonalForm)
 REGISTRY.form("gelu-mul", ("Gelu",), GeluMulForm)
 REGISTRY.form("gelu-tanh-cube", ("Gelu",), GeluTanhCubeForm)

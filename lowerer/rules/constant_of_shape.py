@@ -1,20 +1,30 @@
-"""Lowering of ConstantOfShape (9, 20, 23, 25) for targets below opset 9.
+"""Lowering of ConstantOfShape (9, 20, 23, 25) for targets below opset 9, and its ``constant-fill`` form.
 
 The output is the ``value`` attribute (a one-element tensor; float32 0 when absent) broadcast to
 the shape input: ``Expand`` of that scalar (opset >= 8), and below 8 ``Tile`` of a ones-shaped
 constant with the shape as repeats, which needs the shape's length to be static. Both copy the
 one value: exact for every type.
+
+:class:`ConstantFillForm` (``constant-fill``, for a backend whose ConstantOfShape is wrong: MNN on an empty
+shape): a shape input whose value is provably constant makes the output a constant, written as an
+initializer holding the value (at most :data:`FILL_LIMIT` elements). :class:`ExplicitFillForm`
+(``explicit-fill``): a ConstantOfShape without ``value`` written with ``value`` set to its default, float32 0
+(MNN leaves such an output unfilled).
 """
 
 from __future__ import annotations
 
 import numpy as np
+import onnx
 from onnx import numpy_helper
 
-from lowerer.steps.emitter import Emitter
+from lowerer.steps.emitter import Emitter, Rule
 from lowerer.steps.registry import lowering
 
-__all__ = ["constant_of_shape"]
+__all__ = ["FILL_LIMIT", "ConstantFillForm", "ExplicitFillForm", "constant_of_shape"]
+
+#: The most elements the ``constant-fill`` form writes as an initializer.
+FILL_LIMIT = 1 << 16
 
 
 def _fill_value(em: Emitter) -> np.ndarray:
@@ -45,3 +55,46 @@ def constant_of_shape(em: Emitter) -> None:
         em.op("Identity", [em.const(value, "value")], list(node.output))
         return
     em.op("Tile", [em.const(np.full([1] * length, value), "value"), shape], list(node.output))
+
+
+class ConstantFillForm(Rule):
+    """``ConstantOfShape`` of a provably constant shape → the filled tensor as an initializer, exactly.
+
+    The shape's value comes from :mod:`lowerer.facts.constants` (a literal, or folded from static dims); one
+    not provably constant, or a fill of more than :data:`FILL_LIMIT` elements, is refused.
+    """
+
+    name = "constant-fill"
+    op_types = ("ConstantOfShape",)
+    versions = (9, 20, 23, 25)
+    decomposition = "constant-fill"
+
+    def rewrite(self, em: Emitter) -> None:
+        """Emit ``Identity`` of an initializer holding the filled output."""
+        node = em.node
+        shape = em.constant(node.input[0])
+        if shape is None or shape.dtype == object or shape.ndim != 1:
+            em.refuse("the shape input is computed at run time (not provably constant), so the output cannot be "
+                      "written as a constant")
+        dims = [int(d) for d in shape]
+        size = int(np.prod(dims, dtype=np.int64)) if dims else 1
+        if size > FILL_LIMIT:
+            em.refuse(f"the output holds {size} elements, more than the {FILL_LIMIT} lowerer writes as a constant")
+        filled = np.full(dims, _fill_value(em), dtype=_fill_value(em).dtype)
+        em.op("Identity", [em.const(filled, "filled")], list(node.output))
+
+
+class ExplicitFillForm(Rule):
+    """``ConstantOfShape`` without ``value`` → the same node with ``value`` = float32 ``[0]``, its schema default."""
+
+    name = "explicit-fill"
+    op_types = ("ConstantOfShape",)
+    versions = (9, 20, 23, 25)
+    decomposition = "explicit-fill"
+
+    def rewrite(self, em: Emitter) -> None:
+        """Emit the node with its default ``value`` written."""
+        node = em.copy_node()
+        if not any(a.name == "value" for a in node.attribute):
+            node.attribute.append(onnx.helper.make_attribute("value", numpy_helper.from_array(
+                np.zeros(1, np.float32), "value")))
