@@ -284,6 +284,25 @@ def test_mnn_writes_the_default_fill_of_a_constant_of_shape_without_value() -> N
     assert [n.op_type for n in scalar.model.graph.node] == ["Identity", "Add"]
 
 
+def test_mnn_writes_an_einsum_of_three_operands_pairwise() -> None:
+    """MNN 3.6.1's converter takes Einsum of one or two operands only (measured 2026-12-02): linear attention's
+    ``bshd,bshde,bsh->bshe`` is written as pairwise contractions, verified within the expansion budget; a
+    two-operand Einsum is kept."""
+    x = helper.make_tensor_value_info("q", TensorProto.FLOAT, [2, 3, 2, 4])
+    kv = helper.make_tensor_value_info("kv", TensorProto.FLOAT, [2, 3, 2, 4, 5])
+    z = helper.make_tensor_value_info("z", TensorProto.FLOAT, [2, 3, 2])
+    three = helper.make_node("Einsum", ["q", "kv", "z"], ["y"], equation="bshd,bshde,bsh->bshe", name="mix")
+    two = helper.make_node("Einsum", ["q", "q"], ["w"], equation="bshd,bshd->bsh", name="dot")
+    graph = helper.make_graph([three, two], "g", [x, kv, z],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, 3, 2, 5]),
+                               helper.make_tensor_value_info("w", TensorProto.FLOAT, [2, 3, 2])])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 20)], ir_version=9)
+    result = lowerer.convert(model, for_backend="mnn==3.6")
+    einsums = [n for n in result.model.graph.node if n.op_type == "Einsum"]
+    assert [len(n.input) for n in einsums] == [2] and "MatMul" in {n.op_type for n in result.model.graph.node}
+    assert [r.status for r in result.report.rewrites] == ["verified"]
+
+
 def test_tvm_keeps_a_topk_10_whose_k_is_one() -> None:
     """TVM 0.27 ignores TopK-10's k (one column comes out): right for a constant k of 1, refused otherwise."""
     def topk(k: int) -> onnx.ModelProto:

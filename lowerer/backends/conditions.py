@@ -64,6 +64,11 @@ def _check_attributes_absent(node: onnx.NodeProto, version: int, facts: Facts, v
     return not any(a.name in set(value) for a in node.attribute)
 
 
+def _check_inputs_at_least(node: onnx.NodeProto, version: int, facts: Facts, value: Any) -> bool:
+    """The node has at least ``value`` inputs given (Einsum's operands)."""
+    return sum(1 for name in node.input if name) >= int(value)
+
+
 def _check_dtypes(node: onnx.NodeProto, version: int, facts: Facts, value: Any) -> bool:
     """The first input's element type is one of those listed (unknown: no)."""
     return _type_name(facts, node.input[0] if node.input else "") in set(value)
@@ -235,6 +240,7 @@ CHECKS: dict[str, Callable[[onnx.NodeProto, int, Facts, Any], bool]] = {
     "attribute_in": _check_attribute_in,
     "attributes_present": _check_attributes_present,
     "attributes_absent": _check_attributes_absent,
+    "inputs_at_least": _check_inputs_at_least,
     "dtypes": _check_dtypes,
     "not_dtypes": _check_not_dtypes,
     "literal_inputs": _check_literal_inputs,
@@ -262,6 +268,7 @@ _SAID: dict[str, Callable[[Any], str]] = {
     "attribute_in": lambda v: "with " + ", ".join(f"{k} in {'/'.join(map(str, x))}" for k, x in dict(v).items()),
     "attributes_present": lambda v: "with " + " or ".join(v) + " set",
     "attributes_absent": lambda v: "without " + " or ".join(v),
+    "inputs_at_least": lambda v: f"of {v} inputs or more",
     "dtypes": lambda v: "on " + "/".join(v),
     "not_dtypes": lambda v: "on types other than " + "/".join(v),
     "literal_inputs": lambda v: f"with input(s) {', '.join(map(str, v))} not a constant",

@@ -441,6 +441,12 @@ def _entry_sources() -> list[Probe]:
                            [("y", _F)], 12)
         p.append(Probe(f"Einsum-12-{label}", "forms", f"Einsum {equation} (einsum-diagonal writes Gather of the "
                        "diagonal + Einsum)", model, {"x": x}))
+    rng = np.random.default_rng(12)
+    q, kv, z = (rng.normal(size=s).astype(np.float32) for s in ((2, 3, 2, 4), (2, 3, 2, 4, 5), (2, 3, 2)))
+    model = make_model([helper.make_node("Einsum", ["q", "kv", "z"], ["y"], equation="bshd,bshde,bsh->bshe")],
+                       [("q", _F, q.shape), ("kv", _F, kv.shape), ("z", _F, z.shape)], [("y", _F)], 12)
+    p.append(Probe("Einsum-12-three-operands", "forms", "Einsum bshd,bshde,bsh->bshe (linear attention's; "
+                   "einsum-pairwise writes pairwise contractions)", model, {"q": q, "kv": kv, "z": z}))
     x = np.linspace(-6, 6, 64, dtype=np.float32).reshape(4, 16)
     model = make_model([helper.make_node("Gelu", ["x"], ["y"])], [("x", _F, x.shape)], [("y", _F)], 20)
     p.append(Probe("Gelu-20-none-wide", "forms", "Gelu-20 approximate=none over [-6, 6] (gelu-mul writes "

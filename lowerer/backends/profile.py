@@ -86,6 +86,7 @@ REWRITES: dict[str, str] = {
     "gelu-mul": "Gelu (approximate=none) -> 0.5 x (1 + Erf(x * (1/sqrt 2))) (Mul, not the body's Div by Sqrt(2))",
     "gelu-tanh-cube": "Gelu (approximate=tanh) -> its function body with x * x * x for Pow(x, 3)",
     "einsum-diagonal": "Einsum with a letter repeated in an operand -> its diagonal by Gather, then Einsum over it",
+    "einsum-pairwise": "Einsum of three or more operands -> pairwise contractions (Transpose, Mul, MatMul, ReduceSum)",
     "attention-scale-after": "Attention -> its function body with the scale applied to Q K^T (MatMul, then Mul), "
                              "not sqrt(scale) to Q and to K^T",
     "gather-slices": "Gather with constant indices (rank >= 1) -> one Slice per index, concatenated along the axis",

@@ -194,7 +194,7 @@ def form_probes() -> list[Probe]:
 ENTRY_FORMS: dict[str, tuple[str, str, int]] = {
     "argmax-flip": (r"select_last_index1$|-rows16-last$", "cuda", 13),
     "last-axis": (r"^Softmax-11-axis[01]$|-shared-axis1$", "rknn==1.6", 11),
-    "einsum-diagonal": (r"^Einsum-12-", FORM_SPEC, 17),
+    "einsum-diagonal": (r"^Einsum-12-(trace|diagonal|batch-diagonal)$", FORM_SPEC, 17),
     "gelu-mul": (r"^Gelu-20-none-wide$", FORM_SPEC, 17),
     "attention-scale-after": (r"^Attention-23-(gqa|noncausal)$", "rknn==1.6", 19),
     "expand": (r"^GroupNormalization-21-(dynamic|rank3)$", "qnn==2.6", 21),
@@ -204,6 +204,7 @@ ENTRY_FORMS: dict[str, tuple[str, str, int]] = {
     "isnan-ordered-below-12": (r"^IsNaN-13$", "mnn==3.6", 11),
     "constant-fill": (r"^ConstantOfShape-9-scalar$", "mnn==3.6", 17),
     "explicit-fill": (r"^ConstantOfShape-9-no-value$", "mnn==3.6", 17),
+    "einsum-pairwise": (r"^Einsum-12-three-operands$", "mnn==3.6", 17),
 }
 
 

@@ -9,7 +9,7 @@ here registers nothing: ``tests/test_registry.py`` checks every module of the pa
   (GlobalMaxPool → ReduceMax);
 * backend forms: :mod:`.backend_forms` (``argmax-flip``, ``last-axis``, ``constant-inputs``), :mod:`.topk_forms`
   (``argmax-topk``, ``hardmax-topk``, ``shape-slice``), :mod:`.reduce_forms` (``argmax-reduce``, ``hardmax-reduce``),
-  :mod:`.einsum` (``einsum-diagonal``), :mod:`.backend_forms` (``gelu-mul``, ``gelu-tanh-cube``,
+  :mod:`.einsum` (``einsum-diagonal``, ``einsum-pairwise``), :mod:`.backend_forms` (``gelu-mul``, ``gelu-tanh-cube``,
   ``attention-scale-after``, ``where-constant``, ``gather-slices``), :mod:`.isnan_forms` (``isnan-equal``,
   ``isnan-ordered``), :mod:`.constant_of_shape` (``constant-fill``,
   ``explicit-fill``);
@@ -68,7 +68,7 @@ from lowerer.rules.backend_forms import (
     WhereConstantForm,
 )
 from lowerer.rules.constant_of_shape import ConstantFillForm, ExplicitFillForm
-from lowerer.rules.einsum import EinsumDiagonalForm
+from lowerer.rules.einsum import EinsumDiagonalForm, EinsumPairwiseForm
 from lowerer.rules.global_max_pool import GlobalMaxPoolDecomposition
 from lowerer.rules.hardmax import CoercedAxisRule
 from lowerer.rules.hardmax_decomposition import HardmaxDecomposition
@@ -96,6 +96,7 @@ REGISTRY.form("isnan-ordered", ("IsNaN",), IsNaNOrderedForm)
 REGISTRY.form("constant-fill", ("ConstantOfShape",), ConstantFillForm)
 REGISTRY.form("explicit-fill", ("ConstantOfShape",), ExplicitFillForm)
 REGISTRY.form("einsum-diagonal", ("Einsum",), EinsumDiagonalForm)
+REGISTRY.form("einsum-pairwise", ("Einsum",), EinsumPairwiseForm)
 REGISTRY.form("gelu-mul", ("Gelu",), GeluMulForm)
 REGISTRY.form("gelu-tanh-cube", ("Gelu",), GeluTanhCubeForm)
 REGISTRY.form("attention-scale-after", ("Attention",), AttentionScaleAfterForm)

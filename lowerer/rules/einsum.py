@@ -138,7 +138,11 @@ def _reduce(em: Emitter, x: str, have: str, keep: str) -> tuple[str, str]:
     summed = [i for i, c in enumerate(have) if c not in keep]
     if not summed:
         return x, have
-    return em.op("ReduceSum", [x], axes=summed, keepdims=0), "".join(c for c in have if c in keep)
+    if (em.version_of("ReduceSum") or 1) >= 13:  # the pairwise form, at a target of 13 or more: axes an input
+        reduced = em.op("ReduceSum", [x, em.const(np.array(summed, np.int64), "axes")], keepdims=0)
+    else:
+        reduced = em.op("ReduceSum", [x], axes=summed, keepdims=0)
+    return reduced, "".join(c for c in have if c in keep)
 
 
 def _sizes(em: Emitter, terms: Sequence[str]) -> dict[str, int]:
@@ -182,7 +186,11 @@ def _product(em: Emitter, a: str, ta: str, b: str, tb: str, out: str) -> str:
     for x, term in ((a, ta), (b, tb)):
         x = _transpose(em, x, term, "".join(c for c in out if c in term))
         missing = [i for i, c in enumerate(out) if c not in term]
-        operands.append(em.op("Unsqueeze", [x], axes=missing) if missing else x)
+        if missing and (em.version_of("Unsqueeze") or 1) >= 13:
+            x = em.op("Unsqueeze", [x, em.const(np.array(missing, np.int64), "axes")])
+        elif missing:
+            x = em.op("Unsqueeze", [x], axes=missing)
+        operands.append(x)
     return em.op("Mul", operands)
 
 
@@ -307,3 +315,21 @@ class EinsumDiagonalForm(Rule):
         del copy.attribute[:], copy.input[:]
         copy.attribute.append(onnx.helper.make_attribute("equation", ",".join(t for _, t in taken) + "->" + out))
         copy.input.extend(x for x, _ in taken)
+
+
+class EinsumPairwiseForm(Rule):
+    """``Einsum`` of three or more operands → the lowering's pairwise contractions (Transpose, Mul, MatMul, ...).
+
+    For runtimes that take Einsum of one or two operands only (MNN 3.6.1's converter: "Can't convert Einsum
+    for input size = 3"). The sums add in the pairwise order, not the kernel's: budgeted, as the lowering.
+    """
+
+    name = "einsum-pairwise"
+    op_types = ("Einsum",)
+    versions = (12,)
+    decomposition = "einsum-pairwise"
+    budgeted = True
+
+    def rewrite(self, em: Emitter) -> None:
+        """Emit :func:`einsum`'s lowering of ``em.node``."""
+        einsum(em)

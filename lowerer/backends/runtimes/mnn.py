@@ -20,6 +20,15 @@ import tempfile
 from typing import Any
 
 NAME = "MNN"
+#: Kernels that compute ±inf and NaN otherwise than onnxruntime (the deployment check records such a set, not judges).
+NONFINITE = (
+    ("MatMul", "MNN's MatMul clamps ±inf to ±3.4e38 (the largest float32) and makes no NaN of inf * 0, where "
+               "onnxruntime gives ±inf and NaN",
+     "measured on MNN 3.6.1 CPU, precision high (2026-12-02): MatMul-13 of [[inf, 1, 0], [-inf, 0, 1], [1, 2, 3]] "
+     "and [[0, 1], [1, 0], [2, -1]] gives [[-3.4e38, 3.4e38], [-3.4e38, -3.4e38], [8, -2]], onnxruntime 1.32.0 CPU "
+     "[[nan, inf], [nan, -inf], [8, -2]]; tests/fixtures/real/linear_attention.dynamo.opset20.onnx's inf set "
+     "departs first at its node_MatMul_3"),
+)
 #: MNN holds bool tensors as int32 (measured 2026-12-02, MNN 3.6.1: Not(LessOrEqual(x, +inf)) comes back int32 0/1).
 BOOL_AS_INT = True
 LABEL = "MNN"
