@@ -303,6 +303,21 @@ def test_mnn_writes_an_einsum_of_three_operands_pairwise() -> None:
     assert [r.status for r in result.report.rewrites] == ["verified"]
 
 
+def test_tvm_writes_dynamic_shape_slices_and_0d_fills() -> None:
+    """TVM 0.27's frontend fails on the dynamo exports' Shape start/end of dynamic tensors and on ConstantOfShape
+    of an empty shape (measured 2026-12-02): Shape + Slice and the 0-d value are written; a static Shape start/end
+    is kept."""
+    probes = {p.name: p.model for p in base_probes()}
+    dims = lowerer.convert(probes["Shape-15-dims-Reshape"], for_backend="tvm==0.27")
+    assert not [n for n in dims.model.graph.node if n.op_type == "Shape" and n.attribute]
+    assert {r.status for r in dims.report.rewrites} == {"verified"}
+    static = lowerer.convert(probes["Shape-15-start1"], for_backend="tvm==0.27", verify=False)
+    assert static.report.rewrites == []
+    empty = onnx.numpy_helper.from_array(np.zeros(0, np.int64), "s")
+    scalar = lowerer.convert(_constant_of_shape(empty, np.array([2.5], np.float32)), for_backend="tvm==0.27")
+    assert [n.op_type for n in scalar.model.graph.node] == ["Identity", "Mul"]
+
+
 def test_tvm_keeps_a_topk_10_whose_k_is_one() -> None:
     """TVM 0.27 ignores TopK-10's k (one column comes out): right for a constant k of 1, refused otherwise."""
     def topk(k: int) -> onnx.ModelProto:

@@ -244,6 +244,16 @@ def _shape() -> list[Probe]:
     model = make_model([shape, cat, reshape], [("x", _F, ("N", 3, 4, 5))], [("y", _F)], 15, [minus])
     probes.append(Probe("Shape-15-end2-Reshape", "shape", "Shape-15 end=2 drives a Reshape (dynamic batch)",
                         model, {"x": np.arange(120, dtype=np.float32).reshape(2, 3, 4, 5)}))
+    # Each dim by its own Shape start/end, concatenated with constants into a Reshape's shape (torch dynamo's views)
+    first = helper.make_node("Shape", ["x"], ["a"], start=0, end=1)
+    second = helper.make_node("Shape", ["x"], ["b"], start=1, end=2)
+    split = numpy_helper.from_array(np.array([2, 2], np.int64), "split")
+    cat = helper.make_node("Concat", ["a", "b", "split"], ["t"], axis=0)
+    reshape = helper.make_node("Reshape", ["x", "t"], ["y"], allowzero=1)
+    model = make_model([first, second, cat, reshape], [("x", _F, ("N", "S", 4))], [("y", _F)], 15, [split])
+    probes.append(Probe("Shape-15-dims-Reshape", "shape", "Shape-15 start/end of each dynamic dim, concatenated into a "
+                        "Reshape's shape (torch dynamo's view)", model,
+                        {"x": np.arange(24, dtype=np.float32).reshape(2, 3, 4)}))
     return probes
 
 

@@ -205,6 +205,7 @@ ENTRY_FORMS: dict[str, tuple[str, str, int]] = {
     "constant-fill": (r"^ConstantOfShape-9-scalar$", "mnn==3.6", 17),
     "explicit-fill": (r"^ConstantOfShape-9-no-value$", "mnn==3.6", 17),
     "einsum-pairwise": (r"^Einsum-12-three-operands$", "mnn==3.6", 17),
+    "shape-slice": (r"^Shape-15-dims-Reshape$", "tvm==0.27", 17),
 }
 
 
