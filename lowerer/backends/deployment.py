@@ -259,7 +259,7 @@ class _Reference:
         return [k for k, o in enumerate(self.outputs) if o is not None]
 
     def kept(self, sets: list[FeedSet]) -> list[FeedSet]:
-        """The sets it ran."""
+        """Of ``sets``, those it ran (the others are left out of the comparison)."""
         return [sets[k] for k in self.ran]
 
     @property

@@ -24,7 +24,7 @@ expansion they are the forms of :data:`lowerer.backends.profile.REWRITES`:
 * :class:`GatherSlicesForm` (``gather-slices``): Gather with constant indices (rank >= 1) as one Slice per index,
   concatenated along the axis.
 
-IsNaN's forms are :mod:`lowerer.rules.isnan_forms`'.
+IsNaN's forms are in :mod:`lowerer.rules.isnan_forms`.
 """
 
 from __future__ import annotations

@@ -77,10 +77,13 @@ class ConstantFillForm(Rule):
             em.refuse("the shape input is computed at run time (not provably constant), so the output cannot be "
                       "written as a constant")
         dims = [int(d) for d in shape]
+        if any(d < 0 for d in dims):
+            em.refuse(f"the shape input holds a negative dim ({dims}), which no tensor has")
         size = int(np.prod(dims, dtype=np.int64)) if dims else 1
         if size > FILL_LIMIT:
             em.refuse(f"the output holds {size} elements, more than the {FILL_LIMIT} lowerer writes as a constant")
-        filled = np.full(dims, _fill_value(em), dtype=_fill_value(em).dtype)
+        value = _fill_value(em)
+        filled = np.full(dims, value, dtype=value.dtype)
         em.op("Identity", [em.const(filled, "filled")], list(node.output))
 
 
