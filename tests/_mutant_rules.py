@@ -28,7 +28,7 @@ from _mutants import (
 )
 from _wrong_rules import DropsSelectLast
 from onnx import TensorProto as T
-from onnx import helper
+from onnx import helper, numpy_helper
 
 __all__ = ["RULE_MUTANTS"]
 
@@ -132,6 +132,12 @@ def _forms() -> list[Mutant]:
                                                                                             np.float32))},
                                 consts={"s": np.zeros(0, np.int64)}, inputs=[]), 13, {"for_backend": "mnn"},
                area="backend_forms"),
+        # tract<0.23.9: a release no witness is (tract computes a wholly masked row as NaN: a departure)
+        Mutant("attention-float-mask-dropped", "form", form("attention-float-mask", change_const(np.zeros_like,
+                                                                                                 which=1)),
+               lambda: one_node("Attention", 23, None, inputs=[(n, T.FLOAT, [2, 2, 4, 8]) for n in "qkv"]
+                                + [("m", T.BOOL, [2, 1, 4, 4])]),
+               23, {"for_backend": "tract<0.23.9"}, area="backend_forms"),
         Mutant("gelu-mul-constant-nudged", "form", form("gelu-mul", change_const(lambda v: v * 1.001)),
                lambda: one_node("Gelu", 20, {"approximate": "none"}, [4, 16]), 17,
                {"for_backend": "openvino==2023.0"}, area="backend_forms"),
@@ -148,6 +154,8 @@ def _forms() -> list[Mutant]:
         Mutant("gather-slices-start-off-by-one", "form", form("gather-slices", change_const(lambda v: v - 1, which=3)),
                lambda: one_node("Gather", 13, {"axis": 1}, inputs=[("x", F, [2, 3, 4])],
                                 consts={"g": np.array([2, 1], _I64)}), 13, NCNN, area="backend_forms"),
+        Mutant("attention-causal-trilu-diagonal-masked", "form", form("attention-causal-trilu", _trilu_k_less),
+               _causal, 19, {"for_backend": "tvm"}, area="backend_forms"),
         Mutant("where-constant-other-branch", "form", form("where-constant", _other_branch), _constant_where, 16, NCNN,
                area="backend_forms"),
     ]
@@ -164,6 +172,19 @@ def _constant_where() -> onnx.ModelProto:
     """Where(c, a, b) with c a constant all false (the guard of Attention-23's body on a constant bias)."""
     return one_node("Where", 16, None, inputs=[("a", F, [2, 3]), ("b", F, [2, 3])],
                     consts={"c": np.zeros((2, 3), np.bool_)}, order=["c", "a", "b"])
+
+
+def _trilu_k_less(em: Any) -> None:
+    """The attention-causal-trilu form masking the diagonal too (Trilu's k one less: each row's own key masked)."""
+    trilu = _find(em, "Trilu")
+    (k,) = [n for n in em.nodes if n.op_type == "Constant" and n.output[0] == trilu.input[1]]
+    k.attribute[0].t.CopyFrom(numpy_helper.from_array(numpy_helper.to_array(k.attribute[0].t) - 1, k.output[0]))
+
+
+def _causal() -> onnx.ModelProto:
+    """Causal Attention-23 on dynamic batch and sequence dims (2 heads of 8)."""
+    dims = ["B", 2, "S", 8]
+    return one_node("Attention", 23, {"is_causal": 1}, inputs=[("q", F, dims), ("k", F, dims), ("v", F, dims)])
 
 
 def _gqa() -> onnx.ModelProto:

@@ -389,3 +389,105 @@ def test_mnn_says_its_scatternd_reductions_and_cubic_half_pixel_resize() -> None
     for model, said in cases:
         backend = lowerer.convert(model, for_backend="mnn==3.6", verify=False).report.backend
         assert bool(backend.get("departures")) == said, (model.graph.node[0].attribute, backend.get("departures"))
+
+
+def _attention_with_mask(elem: int, opset: int, mask_dims: list[int], causal: int = 0,
+                         q_heads: int = 2) -> onnx.ModelProto:
+    ins = [helper.make_tensor_value_info("q", elem, [2, q_heads, 4, 8]),
+           helper.make_tensor_value_info("k", elem, [2, 2, 4, 8]),
+           helper.make_tensor_value_info("v", elem, [2, 2, 4, 8]),
+           helper.make_tensor_value_info("m", TensorProto.BOOL, mask_dims)]
+    node = helper.make_node("Attention", ["q", "k", "v", "m"], ["y"], name="attn", is_causal=causal)
+    graph = helper.make_graph([node], "g", ins, [helper.make_tensor_value_info("y", elem, [2, q_heads, 4, 8])])
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)], ir_version=11)
+
+
+@pytest.mark.parametrize(("elem", "opset", "mask_dims", "causal", "q_heads"), [
+    (TensorProto.FLOAT, 23, [2, 1, 4, 4], 0, 2), (TensorProto.FLOAT, 23, [4, 4], 1, 4),
+    (TensorProto.FLOAT16, 23, [2, 2, 4, 4], 0, 2), (TensorProto.DOUBLE, 23, [1, 1, 4, 4], 0, 2),
+    (TensorProto.FLOAT, 24, [2, 1, 4, 4], 0, 2)])
+def test_tract_gets_attention_a_float_mask(elem: int, opset: int, mask_dims: list[int], causal: int,
+                                           q_heads: int) -> None:
+    """tract 0.23.9 fails to build Attention with a bool attn_mask ('Mask must be floating point', measured
+    2026-12-02): the mask is given as Where(mask, 0, -inf) in Q's type, the bias onnx's body makes of it; compared
+    exactly with the original in onnxruntime on masks with fully masked rows, causal, grouped-query, float16 and
+    double; verified at conversion (written for tract<0.23.9, a release no witness is: tract computes a fully
+    masked row as NaN, a departure its profile says). A float mask is kept; a mask of unknown type is
+    refused in one line."""
+    model = _attention_with_mask(elem, opset, mask_dims, causal, q_heads)
+    result = lowerer.convert(model, for_backend="tract<0.23.9")
+    nodes = result.model.graph.node
+    assert [n.op_type for n in nodes] == ["Where", "Attention"] and nodes[1].input[3] == nodes[0].output[0]
+    assert [r.status for r in result.report.rewrites] == ["verified"]
+    dtype = helper.tensor_dtype_to_np_dtype(elem)
+    rng = np.random.default_rng(5)
+    feeds = {n: rng.standard_normal(s).astype(dtype) for n, s in
+             (("q", (2, q_heads, 4, 8)), ("k", (2, 2, 4, 8)), ("v", (2, 2, 4, 8)))}
+    mask = rng.random(mask_dims) < 0.5
+    mask[..., 1, :] = False  # a fully masked row
+    feeds["m"] = mask
+    before = ort.InferenceSession(model.SerializeToString()).run(None, feeds)[0]
+    after = ort.InferenceSession(result.model.SerializeToString()).run(None, feeds)[0]
+    np.testing.assert_array_equal(after, before)
+    floated = model.__deepcopy__()
+    floated.graph.input[3].type.tensor_type.elem_type = elem
+    kept = lowerer.convert(floated, for_backend="tract<0.23.9")
+    assert [n.op_type for n in kept.model.graph.node] == ["Attention"]
+    assert {r.rule for r in kept.report.rewrites} <= {"attention_24_23"}  # tract loads opsets up to 23
+    unknown = model.__deepcopy__()
+    unknown.graph.input[3].type.tensor_type.elem_type = TensorProto.UNDEFINED
+    unknown.graph.input[3].type.tensor_type.ClearField("shape")
+    with pytest.raises(ConversionError, match=r"^node 'attn' \(Attention-2[34].*(bool|type of 'm' is unknown)"):
+        lowerer.convert(unknown, for_backend="tract<0.23.9")
+
+
+def test_tract_runs_the_decoder_export_given_a_float_mask() -> None:
+    """The torch dynamo decoder export (Attention-23 with a bool mask) fails to build on tract 0.23.9 as exported;
+    converted --for tract it runs there and matches onnxruntime (the deployment check, where tract is installed)."""
+    fixtures = Path(__file__).parent / "fixtures" / "real"
+    model = onnx.load(str(fixtures / "decoder.dynamo.opset23.onnx"))
+    result = lowerer.convert(model, for_backend="tract==0.23")
+    assert [r.rule for r in result.report.rewrites] == ["attention-float-mask"]
+    deployment = result.report.backend["deployment"]
+    if witnesses.find_witness("tract")[0] is None:
+        pytest.skip("tract is not installed")
+    assert deployment["status"] == "equal", deployment
+
+
+def _causal_attention(past: bool) -> onnx.ModelProto:
+    dims = ["B", 2, "S", 8]
+    names = ["q", "k", "v", *(["", "pk", "pv"] if past else [])]
+    ins = [helper.make_tensor_value_info(n, TensorProto.FLOAT, dims) for n in ("q", "k", "v")]
+    outs = [helper.make_tensor_value_info("y", TensorProto.FLOAT, dims)]
+    if past:
+        ins += [helper.make_tensor_value_info(n, TensorProto.FLOAT, ["B", 2, "P", 8]) for n in ("pk", "pv")]
+        outs += [helper.make_tensor_value_info(n, TensorProto.FLOAT, ["B", 2, "T", 8]) for n in ("ok", "ov")]
+    node = helper.make_node("Attention", names, [o.name for o in outs], name="attn", is_causal=1)
+    graph = helper.make_graph([node], "g", ins, outs)
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 23)], ir_version=11)
+
+
+def test_tvm_gets_the_causal_mask_of_attention_as_trilu() -> None:
+    """TVM 0.27's VM codegen fails on the Attention body's causal mask over dynamic dims (Range rows and columns,
+    measured on decoder.dynamo.opset23, 2026-12-02): the body is written with the mask as Trilu of a -inf fill,
+    verified; its outputs equal the plain body's in onnxruntime bit for bit (the same bias), and the original's within
+    the expansion budget, on rows of 1 to 6 positions. A past key (its length not a constant) keeps the body's Where;
+    a non-causal one has no mask to write."""
+    model = _causal_attention(past=False)
+    result = lowerer.convert(model, for_backend="tvm==0.27")
+    ops = [n.op_type for n in result.model.graph.node]
+    assert "Trilu" in ops and "Less" not in ops and "Range" not in ops
+    assert [(r.rule, r.status) for r in result.report.rewrites] == [("attention-causal-trilu", "verified")]
+    body = lowerer.convert(model, target_opset=22).model
+    rng = np.random.default_rng(3)
+    for s in (1, 2, 6):
+        feeds = {n: rng.standard_normal((2, 2, s, 8)).astype(np.float32) for n in ("q", "k", "v")}
+        got = ort.InferenceSession(result.model.SerializeToString()).run(None, feeds)[0]
+        np.testing.assert_array_equal(got, ort.InferenceSession(body.SerializeToString()).run(None, feeds)[0])
+        want = ort.InferenceSession(model.SerializeToString()).run(None, feeds)[0]
+        np.testing.assert_allclose(got, want, rtol=0, atol=8 * np.finfo(np.float32).eps * np.abs(want).max())
+    past = lowerer.convert(_causal_attention(past=True), for_backend="tvm==0.27")
+    assert {"Less", "Range"} <= {n.op_type for n in past.model.graph.node}
+    assert [r.status for r in past.report.rewrites] == ["verified"]
+    noncausal = lowerer.convert(EXPANSIONS["Attention-23-noncausal"]()[0], for_backend="tvm==0.27")
+    assert "Trilu" not in {n.op_type for n in noncausal.model.graph.node}

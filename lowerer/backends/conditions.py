@@ -74,6 +74,21 @@ def _check_dtypes(node: onnx.NodeProto, version: int, facts: Facts, value: Any) 
     return _type_name(facts, node.input[0] if node.input else "") in set(value)
 
 
+def _check_input_dtypes(node: onnx.NodeProto, version: int, facts: Facts, value: Any) -> bool:
+    """Every input named by position is given, its element type one of those listed (or not known: a limitation).
+
+    ``{"3": ["bool"]}``: Attention's attn_mask is bool.
+    """
+    for position, wanted in dict(value).items():
+        at = int(position)
+        if at >= len(node.input) or not node.input[at]:
+            return False
+        found = _type_name(facts, node.input[at])
+        if found is not None and found not in set(wanted):
+            return False
+    return True
+
+
 def _check_not_dtypes(node: onnx.NodeProto, version: int, facts: Facts, value: Any) -> bool:
     """The first input's element type is known and none of those listed."""
     found = _type_name(facts, node.input[0] if node.input else "")
@@ -242,6 +257,7 @@ CHECKS: dict[str, Callable[[onnx.NodeProto, int, Facts, Any], bool]] = {
     "attributes_absent": _check_attributes_absent,
     "inputs_at_least": _check_inputs_at_least,
     "dtypes": _check_dtypes,
+    "input_dtypes": _check_input_dtypes,
     "not_dtypes": _check_not_dtypes,
     "literal_inputs": _check_literal_inputs,
     "input_values_outside": _check_input_values_outside,
@@ -270,6 +286,7 @@ _SAID: dict[str, Callable[[Any], str]] = {
     "attributes_absent": lambda v: "without " + " or ".join(v),
     "inputs_at_least": lambda v: f"of {v} inputs or more",
     "dtypes": lambda v: "on " + "/".join(v),
+    "input_dtypes": lambda v: "with " + ", ".join(f"input {k} {'/'.join(x)}" for k, x in dict(v).items()),
     "not_dtypes": lambda v: "on types other than " + "/".join(v),
     "literal_inputs": lambda v: f"with input(s) {', '.join(map(str, v))} not a constant",
     "input_values_outside": lambda v: "with " + _said_pairs(v, "input {k} not a constant among {v}"),

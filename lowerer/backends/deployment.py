@@ -235,7 +235,7 @@ def _run_check(original: onnx.ModelProto | None, converted: onnx.ModelProto, pro
                           witness.label, ref_label, stats, labels, placement=ran.placement)
     node = _locate(converted, witness, sets, first, profile.tolerance)
     departs = _node_label(converted, node) if node is not None else None
-    if node is not None and node.name in departures:
+    if node is not None and _finding_name(converted, node) in departures:
         return Deployment("departs-as-original", f"ran on {witness.label}{placed}: {differs}, first at {departs}, "
                                                  "the departure named in report.backend.departures (the original "
                                                  "model's own node, which the runtime computes so)", witness.label,
@@ -550,6 +550,12 @@ def _departing_nodes(converted: onnx.ModelProto, witness: Witness, feeds: list[d
                          if o and o in want and o in have and
                          not statistics(want[o], np.asarray(have[o]), _tolerance(want[o], relative)).ok), None))
     return out
+
+
+def _finding_name(model: onnx.ModelProto, node: onnx.NodeProto) -> str:
+    """The node's name as the backend's findings give it (an unnamed one by its op and index: ``Attention#1``)."""
+    index = next((i for i, n in enumerate(model.graph.node) if n is node or n == node), -1)
+    return node.name or f"{node.op_type}#{index}"
 
 
 def _node_label(model: onnx.ModelProto, node: onnx.NodeProto) -> str:

@@ -104,9 +104,11 @@ def finish(model: onnx.ModelProto, plan: BackendPlan, report: Report, warn: bool
         logger.warning("node %s stays as it is: %s cannot run it (%s), and %s; onnxruntime falls back for it",
                        k.finding.label(), profile.spec, k.finding.entry.why, k.reason)
     for k in said if warn else ():
-        logger.warning("node %s: %s computes it differently (%s); the original model departs there too and %s: "
-                       "kept as it is (--strict-backend refuses it)", k.finding.label(), profile.spec,
-                       k.finding.entry.why, _no_fix(k.finding, plan))
+        form = _own_form(k.finding, report)
+        logger.warning("node %s: %s computes it differently (%s); %s (--strict-backend refuses it)",
+                       k.finding.label(), profile.spec, k.finding.entry.why,
+                       f"written in the {form} form, which it computes so too" if form else
+                       f"the original model departs there too and {_no_fix(k.finding, plan)}: kept as it is")
     rewritten = sum(1 for r in report.rewrites if any(c.why == PICKED for c in r.crossings))
     report.backend = backend_record(profile, named, rewritten, kept)
     if foreign:
@@ -166,6 +168,15 @@ def _no_fix(finding: Finding, plan: BackendPlan) -> str:
     if earlier is None:
         return "lowerer has no form that fixes it"
     return f"its form ({finding.entry.rewrite}) cannot be written here: {earlier.reason}"
+
+
+def _own_form(finding: Finding, report: Report) -> str | None:
+    """The form a rewrite wrote the user's node in, where it wrote it as a node of its own op (else None)."""
+    for r in report.rewrites:
+        if r.scope == finding.scope and r.node == finding.node and r.op_type == finding.op_type and \
+                any(n.name == finding.node and n.op_type == finding.op_type for n in r.replacement):
+            return r.rule
+    return None
 
 
 def _users_own(finding: Finding, report: Report) -> bool:

@@ -510,13 +510,22 @@ def _layernorm() -> tuple[onnx.ModelProto, dict[str, np.ndarray]]:
     return make_model([node], [("x", _F, x.shape)], [("y", _F)], 17, inits), {"x": x}
 
 
-def _attention(q_heads: int = 2, causal: int = 1) -> tuple[onnx.ModelProto, dict[str, np.ndarray]]:
-    """Attention-23, 2 key/value heads and ``q_heads`` query heads (4: grouped-query attention), batch 1."""
+def _attention(q_heads: int = 2, causal: int = 1, mask: bool = False) -> tuple[onnx.ModelProto, dict[str, np.ndarray]]:
+    """Attention-23, 2 key/value heads and ``q_heads`` query heads (4: grouped-query attention), batch 1.
+
+    ``mask``: a bool attn_mask input (batch 2, one mask per batch broadcast over the heads), random with every
+    query row keeping at least its own position (no row fully masked).
+    """
     rng = np.random.default_rng(9)
-    shapes = {"q": (1, q_heads, 4, 8), "k": (1, 2, 4, 8), "v": (1, 2, 4, 8)}
-    feeds = {name: rng.standard_normal(shape).astype(np.float32) for name, shape in shapes.items()}
-    node = helper.make_node("Attention", ["q", "k", "v"], ["y"], is_causal=causal)
+    batch = 2 if mask else 1
+    shapes = {"q": (batch, q_heads, 4, 8), "k": (batch, 2, 4, 8), "v": (batch, 2, 4, 8)}
+    feeds: dict[str, np.ndarray] = {name: rng.standard_normal(shape).astype(np.float32)
+                                    for name, shape in shapes.items()}
     inputs = [(name, _F, shape) for name, shape in shapes.items()]
+    if mask:
+        feeds["m"] = (rng.random((batch, 1, 4, 4)) < 0.5) | np.eye(4, dtype=bool)
+        inputs.append(("m", onnx.TensorProto.BOOL, (batch, 1, 4, 4)))
+    node = helper.make_node("Attention", [name for name, _, _ in inputs], ["y"], is_causal=causal)
     return make_model([node], inputs, [("y", _F)], 23), feeds
 
 
@@ -533,7 +542,7 @@ def _rotary() -> tuple[onnx.ModelProto, dict[str, np.ndarray]]:
 EXPANSIONS.update({"Gelu-20-none": lambda: _gelu("none"), "Gelu-20-tanh": lambda: _gelu("tanh"),
                    "RMSNormalization-23": _rms, "LayerNormalization-17": _layernorm, "Attention-23": _attention,
                    "Attention-23-gqa": lambda: _attention(4, 0), "Attention-23-noncausal": lambda: _attention(2, 0),
-                   "RotaryEmbedding-23": _rotary})
+                   "Attention-23-bool-mask": lambda: _attention(2, 0, mask=True), "RotaryEmbedding-23": _rotary})
 
 
 def _scatter_elements() -> tuple[onnx.ModelProto, dict[str, np.ndarray]]:

@@ -60,7 +60,8 @@ def budget_of(runtime: str) -> float:
 EXPANSION_TARGETS: dict[str, tuple[int, ...]] = {
     "Gelu-20-none": (18, 17), "Gelu-20-tanh": (18, 17), "RMSNormalization-23": (18, 17),
     "LayerNormalization-17": (16, 13), "Attention-23": (18, 17),
-    "Attention-23-gqa": (18,), "Attention-23-noncausal": (18,), "RotaryEmbedding-23": (18, 17)}
+    "Attention-23-gqa": (18,), "Attention-23-noncausal": (18,), "Attention-23-bool-mask": (18,),
+    "RotaryEmbedding-23": (18, 17)}
 _RANDOM_OPS = frozenset({"Bernoulli", "Multinomial", "RandomNormal", "RandomNormalLike", "RandomUniform",
                          "RandomUniformLike", "Dropout"})
 #: float16 outputs: 2 units of float16's epsilon (2^-10) x scale, whatever the budget (the reference
@@ -206,6 +207,8 @@ ENTRY_FORMS: dict[str, tuple[str, str, int]] = {
     "explicit-fill": (r"^ConstantOfShape-9-no-value$", "mnn==3.6", 17),
     "einsum-pairwise": (r"^Einsum-12-three-operands$", "mnn==3.6", 17),
     "shape-slice": (r"^Shape-15-dims-Reshape$", "tvm==0.27", 17),
+    "attention-float-mask": (r"^Attention-23-bool-mask$", "tract<0.23.9", 23),
+    "attention-causal-trilu": (r"^Attention-23(-noncausal)?$", "tvm==0.27", 17),
 }
 
 

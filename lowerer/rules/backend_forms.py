@@ -17,14 +17,12 @@ expansion they are the forms of :data:`lowerer.backends.profile.REWRITES`:
 * :class:`GeluMulForm` (``gelu-mul``): Gelu-20 (``approximate="none"``) as ``0.5 x (1 + Erf(x * (1/sqrt 2)))``;
 * :class:`GeluTanhCubeForm` (``gelu-tanh-cube``): Gelu-20 (``approximate="tanh"``) as its function body with
   ``x * x * x`` for ``Pow(x, 3)``;
-* :class:`AttentionScaleAfterForm` (``attention-scale-after``): Attention (23, 24) as its function body with
-  the scale applied to ``Q Kᵀ`` (one Mul after the MatMul), not ``sqrt(scale)`` to ``Q`` and to ``Kᵀ``;
 * :class:`WhereConstantForm` (``where-constant``): Where whose condition is a constant all true or all false as
   the branch it takes;
 * :class:`GatherSlicesForm` (``gather-slices``): Gather with constant indices (rank >= 1) as one Slice per index,
   concatenated along the axis.
 
-IsNaN's forms are in :mod:`lowerer.rules.isnan_forms`.
+IsNaN's forms are in :mod:`lowerer.rules.isnan_forms`, Attention's in :mod:`lowerer.rules.attention_forms`.
 """
 
 from __future__ import annotations
@@ -41,7 +39,7 @@ from lowerer.rules.argmax import ArgExtremumRule
 from lowerer.rules.hardmax import CoercedAxisRule, read_axis_meaning
 from lowerer.steps.emitter import Emitter, Rule, normalize_axis
 
-__all__ = ["AttentionScaleAfterForm", "ConstantInputsForm", "GatherSlicesForm", "GeluMulForm", "GeluTanhCubeForm",
+__all__ = ["ConstantInputsForm", "GatherSlicesForm", "GeluMulForm", "GeluTanhCubeForm",
            "LastAxisForm", "SelectLastIndexForm", "WhereConstantForm"]
 
 
@@ -341,86 +339,6 @@ def _gelu_input(em: Emitter, form: str, approximate: str, types: frozenset[int],
         shown = "unknown" if elem is None else onnx.TensorProto.DataType.Name(elem)
         em.refuse(f"the {form} form needs {op} on the input's type ({shown}): {said}")
     return np.dtype(onnx.helper.tensor_dtype_to_np_dtype(elem))
-
-
-class AttentionScaleAfterForm(Rule):
-    """``Attention`` (23, 24) → its function body with ``MatMul(Q, Kᵀ) * scale`` for ``MatMul(Q √s, Kᵀ √s)``.
-
-    onnx's body scales ``Q`` and ``Kᵀ`` each by ``sqrt(scale)`` before their product (against overflow in
-    low precision); this form writes the product first and one ``Mul`` by the body's own ``scale`` value after
-    it (cast as the body casts its square root), then the rest of the body as it is (softcap, bias, mask,
-    Softmax, grouped-query repeat). rknn-toolkit2 2.5.0's build fails on a body whose product reaches the
-    Softmax with no Mul after it (its fusion rule ``fuse_exmatmul_add_mul_exsoftmax13_exmatmul_to_sdpa``:
-    ``IndexError``; measured on non-causal Attention at batch 1, where the body's bias Add of zeros is dropped)
-    and builds this one. The same value in real arithmetic, rounded otherwise: budgeted (judged by the
-    expansion's ulp budget). The body is emitted at its own opset (:attr:`Emitter.emitted_at`); a body
-    without the two scaling Muls of one ``Sqrt`` (another onnx) is refused.
-    """
-
-    name = "attention-scale-after"
-    op_types = ("Attention",)
-    versions = (23, 24)
-    decomposition = "attention-scale-after"
-    budgeted = True
-
-    def rewrite(self, em: Emitter) -> None:
-        """Emit the body of ``em.node`` with the scale moved after ``Q Kᵀ``."""
-        from lowerer.steps.expansion import expand
-        from lowerer.steps.registry import REGISTRY
-
-        em.emitted_at = expand(em, REGISTRY.made_rewrites)
-        _scale_after_product(em, em.emitted_at)
-
-
-def _scale_after_product(em: Emitter, opset: int) -> None:
-    """In ``em.nodes`` (a body at ``opset``): ``MatMul(Mul(q, c), Mul(k, c))`` as ``Mul(MatMul(q, k), [Cast] s)``.
-
-    ``c`` is ``[Cast] Sqrt(s)``; the scaling nodes nothing else reads are dropped.
-    """
-    nodes = em.nodes
-    producer = {o: n for n in nodes for o in n.output if o}
-    for at, product in enumerate(nodes):
-        if product.op_type != "MatMul":
-            continue
-        left, right = producer.get(product.input[0]), producer.get(product.input[1])
-        if left is None or right is None or left.op_type != "Mul" or right.op_type != "Mul" \
-                or left.input[1] != right.input[1]:
-            continue
-        root = producer.get(left.input[1])
-        cast = root if root is not None and root.op_type == "Cast" else None
-        if cast is not None:
-            root = producer.get(cast.input[0])
-        if root is None or root.op_type != "Sqrt":
-            continue
-        base = product.output[0]
-        raw = em.fresh(f"{base}_unscaled")
-        label = em.node.name or em.node.op_type
-        made = [onnx.helper.make_node("MatMul", [left.input[0], right.input[0]], [raw],
-                                      name=em.fresh(f"{label}/MatMul"))]
-        scale = root.input[0]
-        if cast is not None:
-            scale = em.fresh(f"{base}_scale")
-            made.append(onnx.helper.make_node("Cast", [root.input[0]], [scale], name=em.fresh(f"{label}/Cast"),
-                                              to=int_attribute(cast, "to", onnx.TensorProto.FLOAT)))
-        made.append(onnx.helper.make_node("Mul", [raw, scale], [base], name=em.fresh(f"{label}/Mul")))
-        for n in made:
-            if em.node.metadata_props:
-                n.metadata_props.extend(em.node.metadata_props)
-            em.facts.add_node(n, opset)
-        nodes[at:at + 1] = made
-        _drop_unread(em, [left, right, *([cast] if cast is not None else []), root])
-        return
-    em.refuse("the attention-scale-after form found no MatMul of Q and Kᵀ each scaled by one Sqrt in the "
-              "function body (another onnx's body)")
-
-
-def _drop_unread(em: Emitter, candidates: list[onnx.NodeProto]) -> None:
-    """Each of ``candidates`` (in order) dropped from ``em.nodes`` where nothing reads what it makes."""
-    outputs = set(em.node.output)
-    for node in candidates:
-        read = {i for n in em.nodes if n is not node for i in n.input}
-        if not any(o in read or o in outputs for o in node.output if o):
-            em.nodes[:] = [n for n in em.nodes if n is not node]
 
 
 #: The element types Tanh takes (through opset 23).

@@ -21,6 +21,15 @@ DEVICE = "CPU"
 DISTRIBUTION = "tract"
 INSTALL = "pip install tract"
 BACKENDS = ("tract",)
+#: Kernels that compute ±inf and NaN otherwise than onnxruntime (the deployment check records such a set, not judges).
+NONFINITE = (
+    ("Attention", "tract's Attention gives NaN on a row whose every key the mask hides, where onnxruntime gives 0 "
+                  "(onnx's body: 0, its RowAllMasked guard), so on ±inf sets too",
+     "measured on tract 0.23.9 (2026-12-02): the one-node Attention-23 of probe_models.EXPANSIONS "
+     "Attention-23-bool-mask, given the float mask, on the deployment check's inf input set of seed 3 (batch 0, query "
+     "0 wholly masked): NaN on tract where onnxruntime 1.32.0 CPU gives 0; the same with finite inputs "
+     "(a one-node Attention-23, float mask, one row all -inf)"),
+)
 BUDGET = 1e-5
 BUDGET_SOURCE = "the probe budget (tract computes float32 as the model says)"
 _TYPES = {"float32": "f32", "float64": "f64", "float16": "f16", "int64": "i64", "int32": "i32", "int16": "i16",
