@@ -93,7 +93,7 @@ class AttentionFloatMaskForm(Rule):
 def _scale_after_product(em: Emitter, opset: int) -> None:
     """In ``em.nodes`` (a body at ``opset``): ``MatMul(Mul(q, c), Mul(k, c))`` as ``Mul(MatMul(q, k), [Cast] s)``.
 
-    ``c`` is ``[Cast] Sqrt(s)``; the scaling nodes nothing else reads are dropped.
+    ``c`` is ``[Cast] Sqrt(s)``; the scaling nodes nothing else reads are dropped (and so what only they read).
     """
     nodes = em.nodes
     producer = {o: n for n in nodes for o in n.output if o}
@@ -126,19 +126,10 @@ def _scale_after_product(em: Emitter, opset: int) -> None:
                 n.metadata_props.extend(em.node.metadata_props)
             em.facts.add_node(n, opset)
         nodes[at:at + 1] = made
-        _drop_unread(em, [left, right, *([cast] if cast is not None else []), root])
+        _drop_dead(em, [left, right])
         return
     em.refuse("the attention-scale-after form found no MatMul of Q and Kᵀ each scaled by one Sqrt in the "
               "function body (another onnx's body)")
-
-
-def _drop_unread(em: Emitter, candidates: list[onnx.NodeProto]) -> None:
-    """Each of ``candidates`` (in order) dropped from ``em.nodes`` where nothing reads what it makes."""
-    outputs = set(em.node.output)
-    for node in candidates:
-        read = {i for n in em.nodes if n is not node for i in n.input}
-        if not any(o in read or o in outputs for o in node.output if o):
-            em.nodes[:] = [n for n in em.nodes if n is not node]
 
 
 class AttentionCausalTriluForm(Rule):
