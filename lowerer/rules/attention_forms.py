@@ -22,7 +22,27 @@ from lowerer.steps.emitter import Emitter, Rule
 __all__ = ["AttentionCausalTriluForm", "AttentionFloatMaskForm", "AttentionScaleAfterForm"]
 
 
-class AttentionScaleAfterForm(Rule):
+class _BodyForm(Rule):
+    """Attention (23, 24) as its function body (at the body's own opset), then reworked by :meth:`rework`."""
+
+    op_types = ("Attention",)
+    versions = (23, 24)
+    budgeted = True
+
+    def rewrite(self, em: Emitter) -> None:
+        """Emit the body of ``em.node``, then rework it."""
+        from lowerer.steps.expansion import expand
+        from lowerer.steps.registry import REGISTRY
+
+        em.emitted_at = expand(em, REGISTRY.made_rewrites)
+        self.rework(em, em.emitted_at)
+
+    def rework(self, em: Emitter, opset: int) -> None:
+        """Change the body in ``em.nodes`` (valid at ``opset``)."""
+        raise NotImplementedError
+
+
+class AttentionScaleAfterForm(_BodyForm):
     """``Attention`` (23, 24) → its function body with ``MatMul(Q, Kᵀ) * scale`` for ``MatMul(Q √s, Kᵀ √s)``.
 
     onnx's body scales ``Q`` and ``Kᵀ`` each by ``sqrt(scale)`` before their product (against overflow in
@@ -37,18 +57,11 @@ class AttentionScaleAfterForm(Rule):
     """
 
     name = "attention-scale-after"
-    op_types = ("Attention",)
-    versions = (23, 24)
     decomposition = "attention-scale-after"
-    budgeted = True
 
-    def rewrite(self, em: Emitter) -> None:
-        """Emit the body of ``em.node`` with the scale moved after ``Q Kᵀ``."""
-        from lowerer.steps.expansion import expand
-        from lowerer.steps.registry import REGISTRY
-
-        em.emitted_at = expand(em, REGISTRY.made_rewrites)
-        _scale_after_product(em, em.emitted_at)
+    def rework(self, em: Emitter, opset: int) -> None:
+        """Move the scale after ``Q Kᵀ``."""
+        _scale_after_product(em, opset)
 
 
 
@@ -121,18 +134,13 @@ def _scale_after_product(em: Emitter, opset: int) -> None:
             made.append(onnx.helper.make_node("Cast", [root.input[0]], [scale], name=em.fresh(f"{label}/Cast"),
                                               to=int_attribute(cast, "to", onnx.TensorProto.FLOAT)))
         made.append(onnx.helper.make_node("Mul", [raw, scale], [base], name=em.fresh(f"{label}/Mul")))
-        for n in made:
-            if em.node.metadata_props:
-                n.metadata_props.extend(em.node.metadata_props)
-            em.facts.add_node(n, opset)
-        nodes[at:at + 1] = made
-        _drop_dead(em, [left, right])
+        _splice(em, at, made, opset, [left, right])
         return
     em.refuse("the attention-scale-after form found no MatMul of Q and Kᵀ each scaled by one Sqrt in the "
               "function body (another onnx's body)")
 
 
-class AttentionCausalTriluForm(Rule):
+class AttentionCausalTriluForm(_BodyForm):
     """``Attention`` (23, 24) → its function body with the causal mask as ``Trilu`` of a -inf fill, exactly as the body.
 
     onnx's body builds the causal bias as ``Where(Less(Range(q)[:, None] + past, Range(kv)[None, :]), -inf, 0)``,
@@ -146,18 +154,11 @@ class AttentionCausalTriluForm(Rule):
     """
 
     name = "attention-causal-trilu"
-    op_types = ("Attention",)
-    versions = (23, 24)
     decomposition = "attention-causal-trilu"
-    budgeted = True
 
-    def rewrite(self, em: Emitter) -> None:
-        """Emit the body of ``em.node`` with its causal Where written as Trilu."""
-        from lowerer.steps.expansion import expand
-        from lowerer.steps.registry import REGISTRY
-
-        em.emitted_at = expand(em, REGISTRY.made_rewrites)
-        _causal_as_trilu(em, em.emitted_at)
+    def rework(self, em: Emitter, opset: int) -> None:
+        """Write the causal Where as Trilu."""
+        _causal_as_trilu(em, opset)
 
 
 def _range_length(em: Emitter, producer: dict[str, onnx.NodeProto], name: str, axis: int) -> tuple[str, str] | None:
@@ -214,13 +215,21 @@ def _causal_as_trilu(em: Emitter, opset: int) -> None:
                 onnx.helper.make_node("ConstantOfShape", [rows[0]], [full], name=em.fresh(f"{label}/ConstantOfShape"),
                                       value=value),
                 onnx.helper.make_node("Trilu", [full, k], list(where.output), name=em.fresh(f"{label}/Trilu"), upper=1)]
-        for n in made:
-            if em.node.metadata_props:
-                n.metadata_props.extend(em.node.metadata_props)
-            em.facts.add_node(n, opset)
-        nodes[at:at + 1] = made
-        _drop_dead(em, [less])
+        _splice(em, at, made, opset, [less])
         return
+
+
+def _splice(em: Emitter, at: int, made: list[onnx.NodeProto], opset: int, seeds: list[onnx.NodeProto]) -> None:
+    """``made`` for ``em.nodes[at]`` (given the node's metadata, known to the facts at ``opset``), seeds swept.
+
+    ``seeds``, and what only they read, are dropped where nothing reads them (:func:`_drop_dead`).
+    """
+    for n in made:
+        if em.node.metadata_props:
+            n.metadata_props.extend(em.node.metadata_props)
+        em.facts.add_node(n, opset)
+    em.nodes[at:at + 1] = made
+    _drop_dead(em, seeds)
 
 
 def _drop_dead(em: Emitter, seeds: list[onnx.NodeProto]) -> None:
