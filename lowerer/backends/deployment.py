@@ -56,6 +56,7 @@ from lowerer.backends.runtimes import runtime_of, witnesses_for
 from lowerer.backends.witnesses import Witness, WitnessError, find_witness, release_of
 from lowerer.core.errors import VerificationError
 from lowerer.core.report import Report
+from lowerer.model_io.naming import node_key
 from lowerer.verification.compare import OutputStats, Tolerance, output_scale, statistics
 from lowerer.verification.feeds import generate_sets, recorded
 from lowerer.verification.graph_inputs import FeedSet, merge_specs, model_inputs
@@ -555,7 +556,7 @@ def _departing_nodes(converted: onnx.ModelProto, witness: Witness, feeds: list[d
 def _finding_name(model: onnx.ModelProto, node: onnx.NodeProto) -> str:
     """The node's name as the backend's findings give it (an unnamed one by its op and index: ``Attention#1``)."""
     index = next((i for i, n in enumerate(model.graph.node) if n is node or n == node), -1)
-    return node.name or f"{node.op_type}#{index}"
+    return node_key(node, index)
 
 
 def _node_label(model: onnx.ModelProto, node: onnx.NodeProto) -> str:

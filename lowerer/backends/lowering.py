@@ -27,6 +27,7 @@ from lowerer.core.errors import ConversionError
 from lowerer.core.opsets import default_opset, since_version
 from lowerer.core.remedies import FALLBACK
 from lowerer.core.report import Report
+from lowerer.model_io.naming import node_key
 from lowerer.model_io.scopes import iter_scopes
 from lowerer.steps.registry import PICKED
 
@@ -141,7 +142,7 @@ def check_domains(model: onnx.ModelProto, plan: BackendPlan, warn: bool = True) 
         for _, index, node in scope.walk():
             entry = support.get(node.domain)
             if entry is not None and node.domain not in local and entry.lacks(node.op_type):
-                found.setdefault((node.domain, node.op_type), []).append(node.name or f"{node.op_type}#{index}")
+                found.setdefault((node.domain, node.op_type), []).append(node_key(node, index))
     if not found:
         return []
     records = [{"domain": d, "op_type": op, "nodes": len(names), "first": names[0], "source": support[d].source,

@@ -27,6 +27,8 @@ from typing import Any
 
 import onnx
 
+from lowerer.model_io.naming import node_key
+
 __all__ = ["CPU_PREFERRED", "NO_KERNEL", "REJECTED", "Assigned", "Classified", "assigned_nodes", "classify",
            "record_option"]
 
@@ -183,7 +185,7 @@ def classify(model: onnx.ModelProto, placed: Iterable[Assigned] | None, provider
     predicted = placed is None
     out = Classified(provider, predicted=predicted)
     if placed is None:
-        placed = [Assigned(n.name or f"{n.op_type}#{i}", n.op_type, n.domain, "CPUExecutionProvider")
+        placed = [Assigned(node_key(n, i), n.op_type, n.domain, "CPUExecutionProvider")
                   for i, n in enumerate(model.graph.node)]
     for a in placed:
         if a.provider != "CPUExecutionProvider":

@@ -19,6 +19,7 @@ import onnx
 from lowerer.backends.profile import Entry, Profile
 from lowerer.core.errors import ConversionError
 from lowerer.core.opsets import since_version
+from lowerer.model_io.naming import node_key
 from lowerer.model_io.scopes import Scope, iter_scopes
 from lowerer.steps.conversion import Pick
 
@@ -93,7 +94,7 @@ class BackendPlan:
         entry = self.profile.entry_for(node, version, facts)
         if entry is None or entry.rewrite is None:
             return None
-        name = node.name or f"{node.op_type}#{_index(scope, node)}"
+        name = node_key(node, _index(scope, node))
         self.named.append(Finding(scope.path, name, node.op_type, version, entry))
         # A departure entry's node whose form cannot be written is kept: finish() says it (the user's own) or
         # refuses it (one a rewrite wrote), as it does every node left
@@ -156,7 +157,7 @@ def scan(model: onnx.ModelProto, profile: Profile) -> list[Finding]:
             continue
         entry = profile.entry_for(node, version, Facts(scope, shapes, constants))
         if entry is not None:
-            found.append(Finding(scope.path, node.name or f"{node.op_type}#{index}", node.op_type, version, entry))
+            found.append(Finding(scope.path, node_key(node, index), node.op_type, version, entry))
     return found
 
 

@@ -8,7 +8,7 @@ import onnx
 
 from lowerer.model_io.scopes import model_graphs
 
-__all__ = ["NameGenerator", "node_label"]
+__all__ = ["NameGenerator", "node_key", "node_label"]
 
 
 class NameGenerator:
@@ -71,3 +71,8 @@ def _add_node_names(used: set[str], nodes: Iterable[onnx.NodeProto]) -> None:
 def node_label(node: onnx.NodeProto) -> str:
     """How messages name a node: its name quoted, or ``<unnamed Op>`` when it has none."""
     return repr(node.name) if node.name else f"<unnamed {node.op_type}>"
+
+
+def node_key(node: onnx.NodeProto, index: int) -> str:
+    """How reports and findings key a node: its name, or ``Op#index`` (its place in its graph) when it has none."""
+    return node.name or f"{node.op_type}#{index}"

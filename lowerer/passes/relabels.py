@@ -30,6 +30,7 @@ from lowerer.core.opsets import since_version
 from lowerer.core.report import Rewrite
 from lowerer.facts.made_shapes import ELEMENTWISE
 from lowerer.facts.value_types import ValueType
+from lowerer.model_io.naming import node_key
 from lowerer.model_io.scopes import Scope
 
 __all__ = ["RULE", "RelabelCheck"]
@@ -145,7 +146,7 @@ class RelabelCheck:
         original, same = onnx.NodeProto(), onnx.NodeProto()
         original.CopyFrom(node)
         same.CopyFrom(node)
-        rewrite = Rewrite(node=node.name or f"{node.op_type}#{index}", op_type=node.op_type, scope=scope.path,
+        rewrite = Rewrite(node=node_key(node, index), op_type=node.op_type, scope=scope.path,
                           from_version=versions[0], to_opset=target, rule=RULE, emitted=[node.op_type],
                           original=original, replacement=[same], from_opset=source, **self.describe(node, scope))
         self.checked.append(rewrite)

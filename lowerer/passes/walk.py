@@ -25,7 +25,7 @@ from lowerer.facts.constants import ConstantIndex
 from lowerer.facts.shapes import ShapeIndex
 from lowerer.model_io.input_check import InputCheck
 from lowerer.model_io.ir_version import choose as choose_ir
-from lowerer.model_io.naming import NameGenerator
+from lowerer.model_io.naming import NameGenerator, node_key
 from lowerer.model_io.scopes import Scope, iter_scopes, subgraphs_of, used_names
 from lowerer.passes.checker_gate import NodeGate, RewriteChecker
 from lowerer.passes.relabels import RelabelCheck
@@ -153,7 +153,7 @@ class ConversionWalk:
         (:meth:`refusal`).
         """
         self.verifier = None
-        self.refused.append((e, {"node": node.name or f"{node.op_type}#{index}", "op_type": node.op_type,
+        self.refused.append((e, {"node": node_key(node, index), "op_type": node.op_type,
                                  "version": since_version(node.op_type, source), "scope": scope.path,
                                  "refusal": str(e)}))
 
@@ -275,7 +275,7 @@ class ConversionWalk:
         while original.output and not original.output[-1]:
             original.output.pop()
         rewrite = Rewrite(
-            node=node.name or f"{node.op_type}#{index}",
+            node=node_key(node, index),
             op_type=node.op_type,
             scope=scope.path,
             from_version=since_version(node.op_type, source) or 0,
