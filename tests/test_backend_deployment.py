@@ -128,6 +128,30 @@ def test_a_witness_that_dies_is_a_failure_not_a_signal(tmp_path: Path, monkeypat
         lowerer.convert(_softmax_model(), target_opset=13, for_backend="openvino==2024.0")
 
 
+@pytest.mark.parametrize("original_fails", [True, False])
+def test_a_failure_there_says_whether_the_original_fails_too(cpu_witness: None, monkeypatch: pytest.MonkeyPatch,
+                                                            original_fails: bool) -> None:
+    """Exit 1 either way (the result does not run there); the line says whose failure it is: the runtime's or ours."""
+    real = Witness.run_placed
+
+    def fails(self: Witness, model: onnx.ModelProto, sets: object, outputs: object = None, timeout: float = 0) -> Ran:
+        opset = model.opset_import[0].version
+        if opset == 13 or original_fails:
+            raise WitnessError("load" if opset == 11 else "compile", self.label, f"no kernel for Softmax-{opset}")
+        return real(self, model, sets, outputs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(Witness, "run_placed", fails)
+    with pytest.raises(VerificationError) as e:
+        lowerer.convert(_softmax_model(), target_opset=13, for_backend="openvino==2024.0")
+    text = str(e.value)
+    assert "cannot compile the converted model" in text and "no kernel for Softmax-13" in text
+    if original_fails:
+        assert "the original model fails there too (cannot load: no kernel for Softmax-11): the runtime's own" in text
+    else:
+        assert "the original model runs there: the failure comes with the conversion" in text
+    assert e.value.report is not None and e.value.report.backend["deployment"]["status"] == "failed"
+
+
 def test_not_installed_is_said_and_passes(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(deployment, "find_witness", lambda runtime: (None, f"{runtime} is not installed here"))
     result = lowerer.convert(_softmax_model(), target_opset=13, for_backend="openvino==2024.0")

@@ -36,7 +36,10 @@ or ``differs-as-original``), not a failure: the runtime's, which the user alread
 A difference, or a model the runtime refuses, fails the conversion (exit 1) with one line naming the
 output, the input set and, where it can be found, the first node whose value departs (both sides of
 the converted model run with every top-level value as an output: the first node whose inputs agree
-and whose output does not). The report records what ran where (``report.backend["deployment"]``). A
+and whose output does not); for a model the runtime refuses, the line also says whether the original model
+runs there (one more run of the witness, on failure only): a failure the original shows too is the runtime's
+own, which no form of lowerer's avoids; one it does not show came with the conversion. The report records
+what ran where (``report.backend["deployment"]``). A
 runtime that is not installed, or installed at another release, is recorded as not run.
 """
 
@@ -203,7 +206,8 @@ def _run_check(original: onnx.ModelProto | None, converted: onnx.ModelProto, pro
             return Deployment("fails-as-original", f"{reason}; the original model fails there too ({there}): the "
                                                    "runtime's failure, recorded, not judged", witness.label,
                               ref_label, input_sets=labels)
-        return Deployment("failed", reason, witness.label, ref_label, input_sets=labels)
+        return Deployment("failed", reason + _original_fate(original, witness, sets, reference), witness.label,
+                          ref_label, input_sets=labels)
     got, placed = ran.values, _placed(ran.placement)
     judged = [k for k, s in enumerate(sets) if not _recorded_here(s.label) and not _inf(s.label)]
     stats = _compare(converted, [expected[k] for k in judged], [got[k] for k in judged], [sets[k] for k in judged],
@@ -297,6 +301,21 @@ def _ort_version() -> str:
     import onnxruntime
 
     return str(onnxruntime.__version__)
+
+
+def _original_fate(original: onnx.ModelProto | None, witness: Witness, sets: list[FeedSet], reference: str) -> str:
+    """What the original model does on the witness, said beside the converted model's failure there.
+
+    Whose failure it is tells the user what to do: one the original shows too is the runtime's (lowerer
+    cannot make the model run there), one it does not is the conversion's. One more run, on failure only.
+    """
+    if original is None or reference != "the original":
+        return ""
+    there = _original_there(original, witness, sets)
+    if there is not None:
+        return (f"; the original model fails there too ({there}): the runtime's own failure, which lowerer has no "
+                "form to avoid")
+    return "; the original model runs there: the failure comes with the conversion"
 
 
 def _judges_changes(witness: Witness) -> bool:
