@@ -215,7 +215,7 @@ def test_a_listed_departure_inside_a_model_does_not_fail_the_whole_model_check()
     result = compare_models(ModelSource(pool, None, "original"), ModelSource(reduce, None, "converted"))
     assert result.status == "equal", result.reason
     (said,) = result.details["departures"].values()
-    assert "'GlobalMaxPool' (GlobalMaxPool) meets a listed departure" in said
+    assert "'GlobalMaxPool#0' (GlobalMaxPool) meets a listed departure" in said
 
 
 def test_constructed_sets_reach_a_scatters_updates_beside_constant_indices() -> None:

@@ -28,7 +28,7 @@ from lowerer.backends.profile import BACKENDS, _profile_data, load_profile
 from lowerer.backends.runtimes import runtime_of, runtimes, witnesses_for
 from lowerer.cli.probes import budget_of
 from lowerer.cli.targets import targets_table
-from lowerer.core.errors import ConversionError
+from lowerer.core.errors import ConversionError, VerificationError
 
 BACKENDS_DIR = Path(witnesses.__file__).parent
 #: runtime -> (the backend it witnesses, its measured probe runs).
@@ -452,6 +452,67 @@ def test_tract_runs_the_decoder_export_given_a_float_mask() -> None:
     if witnesses.find_witness("tract")[0] is None:
         pytest.skip("tract is not installed")
     assert deployment["status"] == "equal", deployment
+
+
+def _hidden_key_model(mask_type: int) -> tuple[onnx.ModelProto, dict[str, np.ndarray]]:
+    """One query, two keys: the visible one scores -inf, the hidden one 1 (the departure's measured case)."""
+    ins = [helper.make_tensor_value_info("q", TensorProto.FLOAT, [1, 1, 1, 1]),
+           helper.make_tensor_value_info("k", TensorProto.FLOAT, [1, 1, 2, 1]),
+           helper.make_tensor_value_info("v", TensorProto.FLOAT, [1, 1, 2, 1]),
+           helper.make_tensor_value_info("m", mask_type, [1, 1, 1, 2])]
+    node = helper.make_node("Attention", ["q", "k", "v", "m"], ["y"])
+    graph = helper.make_graph([node], "g", ins, [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 1, 1, 1])])
+    mask = np.array([True, False]).reshape(1, 1, 1, 2)
+    feeds = {"q": np.ones((1, 1, 1, 1), np.float32), "k": np.array([-np.inf, 1], np.float32).reshape(1, 1, 2, 1),
+             "v": np.array([5, 7], np.float32).reshape(1, 1, 2, 1),
+             "m": mask if mask_type == TensorProto.BOOL else np.where(mask, 0, -np.inf).astype(np.float32)}
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 23)], ir_version=11), feeds
+
+
+def test_onnxruntimes_bool_mask_attention_departs_as_listed() -> None:
+    """onnxruntime's CPU Attention hides a key of a bool mask with the lowest finite float, where onnx's body
+    adds -inf (lowerer/verification/departures.json): measured on the installed release, the entry's condition
+    met there and not on the inputs it does not depart on."""
+    from lowerer.verification.blame import CONDITIONS, departure_met
+
+    ran = {}
+    for kind in (TensorProto.BOOL, TensorProto.FLOAT):
+        model, feeds = _hidden_key_model(kind)
+        ran[kind] = ort.InferenceSession(model.SerializeToString()).run(None, feeds)[0].item()
+        body = lowerer.convert(model, decompose=["attention"], verify=False).model
+        assert np.isnan(ort.InferenceSession(body.SerializeToString()).run(None, feeds)[0].item())  # the spec
+    assert ran[TensorProto.BOOL] == 7.0 and np.isnan(ran[TensorProto.FLOAT])
+    model, feeds = _hidden_key_model(TensorProto.BOOL)
+    assert "node 'Attention#0' (Attention) meets a listed departure" in str(departure_met(model, None, feeds,
+                                                                                         "CPUExecutionProvider"))
+    met = CONDITIONS["bool_mask_beside_nonfinite"]
+    q, k, v, m = feeds["q"], feeds["k"], feeds["v"], feeds["m"]
+    assert met([q, k, v, m]) and met([q, np.ones_like(k), v, m, np.full((1, 1, 1, 1), np.nan, np.float32)])
+    assert not met([q, np.ones_like(k), v, m])  # finite scores: no departure
+    assert not met([q, k, v, np.ones_like(m)])  # no key hidden
+    assert not met([q, k, v, np.where(m, 0, -np.inf).astype(np.float32)])  # a float mask: onnxruntime adds it
+
+
+def test_tract_takes_the_bool_mask_probe_with_the_references_departure_recorded(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """The one-node bool-mask Attention --for tract: on the -inf set of seed 0 a query's visible keys all score
+    -inf, so onnxruntime (the reference, on the original) weights the hidden ones where the spec and tract (on the
+    form) give NaN: recorded as the reference's listed departure, not judged. Without that entry in
+    departures.json the same check fails: the set is let through by the listed departure only."""
+    from lowerer.verification import blame
+
+    model, _ = EXPANSIONS["Attention-23-bool-mask"]()
+    if witnesses.find_witness("tract")[0] is None:
+        pytest.skip("tract is not installed")
+    result = lowerer.convert(model, for_backend="tract==0.23", seed=0)
+    found = result.report.backend["deployment"]
+    assert found["status"] == "equal", found
+    assert "the reference, onnxruntime CPU, departs from the spec there: node 'Attention#0' (Attention) meets a " \
+           "listed departure: onnxruntime's CPU Attention applies a bool attn_mask" in found["reason"]
+    listed = blame.departures()
+    monkeypatch.setattr(blame, "departures", lambda: tuple(d for d in listed if d.op != "Attention"))
+    with pytest.raises(VerificationError, match=r"output 'y' differs .*input set -inf"):
+        lowerer.convert(model, for_backend="tract==0.23", seed=0)
 
 
 def _causal_attention(past: bool) -> onnx.ModelProto:

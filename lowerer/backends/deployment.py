@@ -18,7 +18,9 @@ reason, not judged (:data:`RECORDED_HERE`). The ±inf sets are judged, but a set
 value departs is of an op the runtime is known to compute NaN or ±inf otherwise than onnxruntime does (its
 module's ``NONFINITE``, measured and cited: OpenVINO's Relu gives 0 for NaN) is recorded, saying so; so is
 a ±inf set on which the original model, run on the same runtime, gives what the converted one gives (the
-runtime's own ±inf handling in the user's ops: a departure the user already has).
+runtime's own ±inf handling in the user's ops: a departure the user already has), and a ±inf set on which a
+node of the model onnxruntime ran meets a departure of onnxruntime's own kernel from the spec listed in
+``lowerer/verification/departures.json`` (the reference departs there: its bool-mask Attention).
 
 Where the conversion kept a node the runtime computes differently (a profile ``departure``: the
 original model departs there too), an output that differs from onnxruntime is compared with the
@@ -60,6 +62,7 @@ from lowerer.backends.witnesses import Witness, WitnessError, find_witness, rele
 from lowerer.core.errors import VerificationError
 from lowerer.core.report import Report
 from lowerer.model_io.naming import node_key
+from lowerer.verification.blame import departure_met
 from lowerer.verification.compare import OutputStats, Tolerance, output_scale, statistics
 from lowerer.verification.feeds import generate_sets, recorded
 from lowerer.verification.graph_inputs import FeedSet, merge_specs, model_inputs
@@ -216,7 +219,7 @@ def _run_check(original: onnx.ModelProto | None, converted: onnx.ModelProto, pro
     covered = None
     if not bad:
         stats, bad, judged, covered = _inf_sets(converted, witness, sets, expected, got, profile.tolerance, judged,
-                                                original if reference == "the original" else None)
+                                                original if reference == "the original" else None, data_dir)
     if not bad:
         kept = [k for k in range(len(sets)) if k not in judged]
         return Deployment("equal", f"ran on {witness.label}{placed}: {len(stats)} output(s) equal to {ref_label} "
@@ -359,7 +362,7 @@ def _inf(label: str) -> bool:
 
 def _inf_sets(converted: onnx.ModelProto, witness: Witness, sets: list[FeedSet], expected: list[list[np.ndarray]],
               got: list[list[np.ndarray]], relative: float, judged: list[int],
-              original: onnx.ModelProto | None = None
+              original: onnx.ModelProto | None = None, data_dir: Path | None = None
               ) -> tuple[list[OutputStats], list[OutputStats], list[int], str | None]:
     """The ±inf sets judged beside ``judged``: (stats, bad, the sets judged, what was recorded and why, or None).
 
@@ -367,7 +370,10 @@ def _inf_sets(converted: onnx.ModelProto, witness: Witness, sets: list[FeedSet],
     it (the converted model run on both runtimes) is of an op in the runtime's ``NONFINITE`` (a measured
     departure on NaN or ±inf, whose effect reaches every value downstream), or where the ``original`` model,
     run on the same runtime, gives what the converted one gives there (the runtime's own handling of ±inf in
-    the model's ops, which the conversion did not change); the departure is named.
+    the model's ops, which the conversion did not change), or where the reference itself departs from the spec
+    on it: a node of the model onnxruntime ran (``original``, else ``converted``) meets a departure of
+    onnxruntime's CPU kernel listed in ``lowerer/verification/departures.json`` (onnxruntime's bool-mask
+    Attention, say), as the whole-model check records such a set; the departure is named.
     """
     runtime = runtime_of(witness.runtime)
     infs = [k for k, s in enumerate(sets) if _inf(s.label)]
@@ -393,6 +399,12 @@ def _inf_sets(converted: onnx.ModelProto, witness: Witness, sets: list[FeedSet],
             both.remove(k)
             recorded.append(f"input set {sets[k].label}: the original model gives the same on {witness.label} "
                             "(the runtime's own handling of ±inf in the model's ops, not changed by the conversion)")
+    for k in [k for k in differ if k in both]:
+        met = departure_met(original if original is not None else converted, data_dir, sets[k].feeds, CPU)
+        if met is not None:
+            both.remove(k)
+            recorded.append(f"input set {sets[k].label}: the reference, onnxruntime CPU, departs from the spec there: "
+                            f"{met}")
     stats = _compare(converted, [expected[k] for k in both], [got[k] for k in both], [sets[k] for k in both], relative)
     return stats, [s for s in stats if not s.ok], both, "; ".join(recorded) or None
 

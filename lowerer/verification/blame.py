@@ -37,6 +37,7 @@ import onnx
 from onnx import numpy_helper
 
 from lowerer.core.opsets import since_version
+from lowerer.model_io.naming import node_key
 from lowerer.verification.result import CheckResult
 
 if TYPE_CHECKING:
@@ -103,12 +104,28 @@ def _negative_indices(inputs: Sequence[np.ndarray]) -> bool:
     return x is not None and x.dtype.kind in "iuf" and bool(np.any(x < 0))
 
 
+def _bool_mask_beside_nonfinite(inputs: Sequence[np.ndarray]) -> bool:
+    """Attention's inputs (Q, K, V, attn_mask, past_key, ...): a bool mask hiding a key beside a NaN or ±inf.
+
+    The NaN or ±inf in Q, K or past_key (the scores can then be non-finite: a row whose visible scores are all
+    -inf, say); a superset of the inputs the departure shows on, so a set it names is not judged.
+    """
+    if len(inputs) < 4:
+        return False
+    mask = np.asarray(inputs[3])
+    if mask.dtype != np.bool_ or mask.all():
+        return False
+    scored = [np.asarray(inputs[i]) for i in (0, 1, 4) if i < len(inputs)]
+    return any(x.dtype.kind == "f" and not np.isfinite(x).all() for x in scored)
+
+
 #: The conditions ``departures.json`` may name: each says whether a check's failing inputs (in the
 #: original node's input order) are ones the departure is known on.
 CONDITIONS: dict[str, Callable[[Sequence[np.ndarray]], bool]] = {
     "all_minus_inf_plane": _all_minus_inf_plane,
     "x_chosen_negative_zero": _x_chosen_negative_zero,
     "negative_indices": _negative_indices,
+    "bool_mask_beside_nonfinite": _bool_mask_beside_nonfinite,
 }
 
 
@@ -248,10 +265,10 @@ def departure_met(model: onnx.ModelProto, base_dir: str | os.PathLike[str] | Non
     opset = default_opset(model.opset_import)
     if opset is None:
         return None
-    nodes = [(n, d) for n in model.graph.node for d in departures_of([n], opset, provider)]
+    nodes = [(i, n, d) for i, n in enumerate(model.graph.node) for d in departures_of([n], opset, provider)]
     if not nodes:
         return None
-    wanted = list(dict.fromkeys(i for n, _ in nodes for i in n.input if i and i not in feeds))
+    wanted = list(dict.fromkeys(i for _, n, _ in nodes for i in n.input if i and i not in feeds))
     inits = {t.name: t for t in model.graph.initializer}
     probe = onnx.ModelProto()
     probe.CopyFrom(model)
@@ -266,9 +283,9 @@ def departure_met(model: onnx.ModelProto, base_dir: str | os.PathLike[str] | Non
     except Exception:  # external data, a run that fails: no finding
         return None
     values.update(feeds)
-    for node, d in nodes:
+    for index, node, d in nodes:
         if CONDITIONS[d.condition]([np.asarray(values[i]) for i in node.input if i]):
-            return f"node {node.name or node.op_type!r} ({node.op_type}) meets a listed departure: {d.statement} " \
+            return f"node {node_key(node, index)!r} ({node.op_type}) meets a listed departure: {d.statement} " \
                    f"(source: {d.source})"
     return None
 
