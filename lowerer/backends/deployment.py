@@ -203,14 +203,7 @@ def _run_check(original: onnx.ModelProto | None, converted: onnx.ModelProto, pro
     try:
         ran = witness.run_placed(converted, [s.feeds for s in sets])
     except WitnessError as e:
-        where = f" (input set {labels[e.input_set]})" if e.input_set is not None else ""
-        reason = f"{witness.label} cannot {_verb(e.stage)} the converted model{where}: {_short(str(e))}"
-        if shared and original is not None and (there := _original_there(original, witness, sets)) is not None:
-            return Deployment("fails-as-original", f"{reason}; the original model fails there too ({there}): the "
-                                                   "runtime's failure, recorded, not judged", witness.label,
-                              ref_label, input_sets=labels)
-        return Deployment("failed", reason + _original_fate(original, witness, sets, reference), witness.label,
-                          ref_label, input_sets=labels)
+        return _refused(e, original, witness, sets, reference, ref_label, shared)
     got, placed = ran.values, _placed(ran.placement)
     judged = [k for k, s in enumerate(sets) if not _recorded_here(s.label) and not _inf(s.label)]
     stats = _compare(converted, [expected[k] for k in judged], [got[k] for k in judged], [sets[k] for k in judged],
@@ -306,19 +299,29 @@ def _ort_version() -> str:
     return str(onnxruntime.__version__)
 
 
-def _original_fate(original: onnx.ModelProto | None, witness: Witness, sets: list[FeedSet], reference: str) -> str:
-    """What the original model does on the witness, said beside the converted model's failure there.
+def _refused(error: WitnessError, original: onnx.ModelProto | None, witness: Witness, sets: list[FeedSet],
+             reference: str, ref_label: str, shared: bool) -> Deployment:
+    """The runtime refused the converted model: said with the original's fate there (one more run, on failure only).
 
-    Whose failure it is tells the user what to do: one the original shows too is the runtime's (lowerer
-    cannot make the model run there), one it does not is the conversion's. One more run, on failure only.
+    Whose failure it is tells the user what to do: one the original shows too is the runtime's own (recorded, not
+    judged, where the runtime is judged on what lowerer changed; else a failure lowerer has no form to avoid), one
+    it does not show came with the conversion.
     """
+    labels = [s.label for s in sets]
+    where = f" (input set {labels[error.input_set]})" if error.input_set is not None else ""
+    reason = f"{witness.label} cannot {_verb(error.stage)} the converted model{where}: {_short(str(error))}"
     if original is None or reference != "the original":
-        return ""
+        return Deployment("failed", reason, witness.label, ref_label, input_sets=labels)
     there = _original_there(original, witness, sets)
-    if there is not None:
-        return (f"; the original model fails there too ({there}): the runtime's own failure, which lowerer has no "
-                "form to avoid")
-    return "; the original model runs there: the failure comes with the conversion"
+    if there is None:
+        return Deployment("failed", f"{reason}; the original model runs there: the failure comes with the conversion",
+                          witness.label, ref_label, input_sets=labels)
+    if shared:
+        return Deployment("fails-as-original", f"{reason}; the original model fails there too ({there}): the "
+                                               "runtime's failure, recorded, not judged", witness.label, ref_label,
+                          input_sets=labels)
+    return Deployment("failed", f"{reason}; the original model fails there too ({there}): the runtime's own failure, "
+                                "which lowerer has no form to avoid", witness.label, ref_label, input_sets=labels)
 
 
 def _judges_changes(witness: Witness) -> bool:
