@@ -469,10 +469,10 @@ def _hidden_key_model(mask_type: int) -> tuple[onnx.ModelProto, dict[str, np.nda
     return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 23)], ir_version=11), feeds
 
 
-def test_onnxruntimes_bool_mask_attention_departs_as_listed() -> None:
-    """onnxruntime's CPU Attention hides a key of a bool mask with the lowest finite float, where onnx's body
-    adds -inf (lowerer/verification/departures.json): measured on the installed release, the entry's condition
-    met there and not on the inputs it does not depart on."""
+def test_onnxruntimes_attention_departs_as_listed_where_a_key_is_hidden() -> None:
+    """onnxruntime's CPU Attention hides a key of a bool mask, or a causal one, with the lowest finite float,
+    where onnx's body adds -inf (lowerer/verification/departures.json): measured on the installed release, the
+    entry's condition met there and not on the inputs it does not depart on."""
     from lowerer.verification.blame import CONDITIONS, departure_met
 
     ran = {}
@@ -485,12 +485,27 @@ def test_onnxruntimes_bool_mask_attention_departs_as_listed() -> None:
     model, feeds = _hidden_key_model(TensorProto.BOOL)
     assert "node 'Attention#0' (Attention) meets a listed departure" in str(departure_met(model, None, feeds,
                                                                                          "CPUExecutionProvider"))
-    met = CONDITIONS["bool_mask_beside_nonfinite"]
+    met = CONDITIONS["hidden_key_beside_nonfinite"]
     q, k, v, m = feeds["q"], feeds["k"], feeds["v"], feeds["m"]
-    assert met([q, k, v, m]) and met([q, np.ones_like(k), v, m, np.full((1, 1, 1, 1), np.nan, np.float32)])
-    assert not met([q, np.ones_like(k), v, m])  # finite scores: no departure
-    assert not met([q, k, v, np.ones_like(m)])  # no key hidden
-    assert not met([q, k, v, np.where(m, 0, -np.inf).astype(np.float32)])  # a float mask: onnxruntime adds it
+    assert met([q, k, v, m], None) and met([q, np.ones_like(k), v, m, np.full((1, 1, 1, 1), np.nan, np.float32)],
+                                           None)
+    assert not met([q, np.ones_like(k), v, m], None)  # finite scores: no departure
+    assert not met([q, k, v, np.ones_like(m)], None)  # no key hidden
+    assert not met([q, k, v, np.where(m, 0, -np.inf).astype(np.float32)], None)  # a float mask: onnxruntime adds it
+    # is_causal=1: query 0 sees key 0 only (score -inf); onnxruntime gives it the hidden key 1's value
+    causal = model.__deepcopy__()
+    del causal.graph.input[3]
+    del causal.graph.node[0].input[3]
+    causal.graph.node[0].attribute.append(helper.make_attribute("is_causal", 1))
+    for value in (*causal.graph.input[:1], causal.graph.output[0]):
+        value.type.tensor_type.shape.dim[2].dim_value = 2
+    feeds = {"q": np.ones((1, 1, 2, 1), np.float32), "k": k, "v": v}
+    got = ort.InferenceSession(causal.SerializeToString()).run(None, feeds)[0].ravel()
+    body = lowerer.convert(causal, decompose=["attention"], verify=False).model
+    spec = ort.InferenceSession(body.SerializeToString()).run(None, feeds)[0].ravel()
+    assert got.tolist() == [7.0, 7.0] and np.isnan(spec[0]) and spec[1] == 7.0
+    assert met([feeds["q"], k, v], causal.graph.node[0]) and not met([feeds["q"], k, v], model.graph.node[0])
+    assert "meets a listed departure" in str(departure_met(causal, None, feeds, "CPUExecutionProvider"))
 
 
 def test_tract_takes_the_bool_mask_probe_with_the_references_departure_recorded(
@@ -508,7 +523,7 @@ def test_tract_takes_the_bool_mask_probe_with_the_references_departure_recorded(
     found = result.report.backend["deployment"]
     assert found["status"] == "equal", found
     assert "the reference, onnxruntime CPU, departs from the spec there: node 'Attention#0' (Attention) meets a " \
-           "listed departure: onnxruntime's CPU Attention applies a bool attn_mask" in found["reason"]
+           "listed departure: onnxruntime's CPU Attention hides a key" in found["reason"]
     listed = blame.departures()
     monkeypatch.setattr(blame, "departures", lambda: tuple(d for d in listed if d.op != "Attention"))
     with pytest.raises(VerificationError, match=r"output 'y' differs .*input set -inf"):

@@ -75,7 +75,7 @@ class Departure:
     source: str
 
 
-def _all_minus_inf_plane(inputs: Sequence[np.ndarray]) -> bool:
+def _all_minus_inf_plane(inputs: Sequence[np.ndarray], node: onnx.NodeProto | None = None) -> bool:
     """Input 0 (N, C, spatial...) has a non-empty plane whose values are all -inf."""
     x = np.asarray(inputs[0]) if inputs else None
     if x is None or x.ndim < 3 or not (x.dtype.kind == "f" or x.dtype == np.dtype(ml_dtypes.bfloat16)):
@@ -84,7 +84,7 @@ def _all_minus_inf_plane(inputs: Sequence[np.ndarray]) -> bool:
     return planes.shape[1] > 0 and bool(np.any(np.all(np.isneginf(planes), axis=1)))
 
 
-def _x_chosen_negative_zero(inputs: Sequence[np.ndarray]) -> bool:
+def _x_chosen_negative_zero(inputs: Sequence[np.ndarray], node: onnx.NodeProto | None = None) -> bool:
     """Where's inputs (condition, X, Y): the condition selects an X that is -0.0 somewhere."""
     if len(inputs) != 3:
         return False
@@ -98,34 +98,33 @@ def _x_chosen_negative_zero(inputs: Sequence[np.ndarray]) -> bool:
     return bool(np.any(cond & (x == 0) & np.signbit(x)))
 
 
-def _negative_indices(inputs: Sequence[np.ndarray]) -> bool:
+def _negative_indices(inputs: Sequence[np.ndarray], node: onnx.NodeProto | None = None) -> bool:
     """Input 0 (OneHot's indices) holds a negative value."""
     x = np.asarray(inputs[0]) if inputs else None
     return x is not None and x.dtype.kind in "iuf" and bool(np.any(x < 0))
 
 
-def _bool_mask_beside_nonfinite(inputs: Sequence[np.ndarray]) -> bool:
-    """Attention's inputs (Q, K, V, attn_mask, past_key, ...): a bool mask hiding a key beside a NaN or ±inf.
+def _hidden_key_beside_nonfinite(inputs: Sequence[np.ndarray], node: onnx.NodeProto | None = None) -> bool:
+    """Attention's inputs (Q, K, V, attn_mask, past_key, ...): a key hidden beside a NaN or ±inf in Q, K or past_key.
 
-    The NaN or ±inf in Q, K or past_key (the scores can then be non-finite: a row whose visible scores are all
-    -inf, say); a superset of the inputs the departure shows on, so a set it names is not judged.
+    A key is hidden by a bool mask holding False or by ``is_causal=1`` (where ``node`` is given). The NaN or
+    ±inf can make the scores non-finite (a row whose visible scores are all -inf, say): a superset of the
+    inputs the departure shows on, so a set it names is not judged.
     """
-    if len(inputs) < 4:
-        return False
-    mask = np.asarray(inputs[3])
-    if mask.dtype != np.bool_ or mask.all():
-        return False
+    causal = node is not None and any(a.name == "is_causal" and a.i == 1 for a in node.attribute)
+    mask = np.asarray(inputs[3]) if len(inputs) > 3 else None
+    hidden = causal or (mask is not None and mask.dtype == np.bool_ and not mask.all())
     scored = [np.asarray(inputs[i]) for i in (0, 1, 4) if i < len(inputs)]
-    return any(x.dtype.kind == "f" and not np.isfinite(x).all() for x in scored)
+    return hidden and any(x.dtype.kind == "f" and not np.isfinite(x).all() for x in scored)
 
 
 #: The conditions ``departures.json`` may name: each says whether a check's failing inputs (in the
 #: original node's input order) are ones the departure is known on.
-CONDITIONS: dict[str, Callable[[Sequence[np.ndarray]], bool]] = {
+CONDITIONS: dict[str, Callable[[Sequence[np.ndarray], onnx.NodeProto | None], bool]] = {
     "all_minus_inf_plane": _all_minus_inf_plane,
     "x_chosen_negative_zero": _x_chosen_negative_zero,
     "negative_indices": _negative_indices,
-    "bool_mask_beside_nonfinite": _bool_mask_beside_nonfinite,
+    "hidden_key_beside_nonfinite": _hidden_key_beside_nonfinite,
 }
 
 
@@ -142,10 +141,11 @@ def departures() -> tuple[Departure, ...]:
     return tuple(out)
 
 
-def listed_departure(op: str, version: int, provider: str, inputs: Sequence[np.ndarray]) -> Departure | None:
-    """The listed departure of ``op``-``version`` on ``provider`` that the failing ``inputs`` meet, or None."""
+def listed_departure(op: str, version: int, provider: str, inputs: Sequence[np.ndarray],
+                     node: onnx.NodeProto | None = None) -> Departure | None:
+    """The listed departure of ``op``-``version`` on ``provider`` that the failing ``inputs`` (of ``node``) meet."""
     for d in departures():
-        if d.op == op and version in d.versions and d.provider == provider and CONDITIONS[d.condition](inputs):
+        if d.op == op and version in d.versions and d.provider == provider and CONDITIONS[d.condition](inputs, node):
             return d
     return None
 
@@ -159,7 +159,7 @@ def replacement_departure(nodes: Sequence[Any], opset: int, provider: str,
     """
     for n in nodes:
         for d in departures_of([n], opset, provider):
-            if all(i in feeds for i in n.input if i) and CONDITIONS[d.condition]([feeds[i] for i in n.input if i]):
+            if all(i in feeds for i in n.input if i) and CONDITIONS[d.condition]([feeds[i] for i in n.input if i], n):
                 return d
     return None
 
@@ -284,7 +284,7 @@ def departure_met(model: onnx.ModelProto, base_dir: str | os.PathLike[str] | Non
         return None
     values.update(feeds)
     for index, node, d in nodes:
-        if CONDITIONS[d.condition]([np.asarray(values[i]) for i in node.input if i]):
+        if CONDITIONS[d.condition]([np.asarray(values[i]) for i in node.input if i], node):
             return f"node {node_key(node, index)!r} ({node.op_type}) meets a listed departure: {d.statement} " \
                    f"(source: {d.source})"
     return None

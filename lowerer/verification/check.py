@@ -222,7 +222,7 @@ class RewriteVerifier:
             if by_spec.status == "verified":
                 feeds = (result.evidence or {}).get("feeds") or {}
                 listed = blame.listed_departure(rewrite.op_type, rewrite.from_version, result.provider or CPU,
-                                                [feeds[c] for c, _ in canon.inputs if c in feeds])
+                                                [feeds[c] for c, _ in canon.inputs if c in feeds], canon.original)
                 if listed is not None:
                     return True, blame.kernel_departs_from_spec(rewrite, result, by_spec, listed)
                 result.details["spec_agrees"] = blame.unlisted(rewrite, result)
