@@ -11,7 +11,8 @@ numpy onnx``) and cached under ``--cache`` (``~/.cache/lowerer/backend-venvs/<re
    (:func:`lowerer.backends.probe_models.base_probes`, the one-node models of the expansion bodies and of
    :data:`~lowerer.backends.probe_models.LOWERED`): M itself run on R, then ``lowerer convert M -o OUT --for
    <backend>==R`` with this environment's lowerer (the deployment check off: the witness Python is a bare
-   interpreter, so what is measured is the profile alone), then OUT run on R through the witness; each
+   interpreter, so what is measured is the profile alone; ``--deployment``: on, the release itself the
+   witness, as a user with R installed converts), then OUT run on R through the witness; each
    compared with onnxruntime CPU on M (floats within the runtime's budget x scale, discrete outputs exactly).
    Counts: written (exit 0) / matching / refused (exit 2, or 1: a failed verification) / fails there
    (written, but R refuses or fails it: loud) / silently wrong; and against M as exported: helped (M fails or
@@ -162,9 +163,14 @@ def _reference(model: onnx.ModelProto, feeds: dict[str, np.ndarray]) -> list[np.
         return None
 
 
-def end_to_end(release: Release, python: str, lowerer: list[str], only: str, jobs: int) -> dict[str, Any]:
-    """Convert every model for ``release`` and run what was written there (see the module docstring)."""
-    env = dict(os.environ, LOWERER_WITNESS_PYTHON=_bare_python())
+def end_to_end(release: Release, python: str, lowerer: list[str], only: str, jobs: int,
+               deployment: bool = False) -> dict[str, Any]:
+    """Convert every model for ``release`` and run what was written there (see the module docstring).
+
+    ``deployment``: the conversions run with the deployment check on (the release's own Python as the witness:
+    what a user with R installed gets), so a model written and failing there is one the check let through.
+    """
+    env = dict(os.environ, LOWERER_WITNESS_PYTHON=python if deployment else _bare_python())
     witness = Witness(release.runtime, release.version, python)
     budget = budget_of(release.runtime)
     cases = models(only)
@@ -270,6 +276,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--before", help="run the conversions with the openvino/rknn profiles of this git revision")
     parser.add_argument("--before-tree", type=Path, help="run the conversions with the lowerer of this checkout")
     parser.add_argument("--jobs", type=int, default=2)
+    parser.add_argument("--deployment", action="store_true",
+                        help="convert with the deployment check on (the release itself as the witness)")
     parser.add_argument("--json", type=Path)
     args = parser.parse_args(argv)
     given = dict(item.split("=", 1) for item in args.python)
@@ -284,7 +292,8 @@ def main(argv: list[str] | None = None) -> int:
             if not args.no_probes:
                 row["probes"] = probes(release, python)
             if not args.no_models:
-                row["models"] = end_to_end(release, python, lowerer, args.models, args.jobs)
+                row["models"] = end_to_end(release, python, lowerer, args.models, args.jobs,
+                                           args.deployment)
             table[name] = row
             print(_line(name, row), flush=True)
             if args.json:  # after each release: a long run keeps what it measured

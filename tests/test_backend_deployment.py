@@ -115,6 +115,32 @@ def test_a_departing_witness_fails_naming_output_and_node(cpu_witness: None, mon
     assert e.value.report is not None and e.value.report.backend["deployment"]["status"] == "different"
 
 
+@pytest.mark.parametrize("original_departs", [True, False])
+def test_a_difference_there_says_whether_the_original_gives_the_same(cpu_witness: None, monkeypatch: pytest.MonkeyPatch,
+                                                                     original_departs: bool) -> None:
+    """Exit 1 either way; the line says whose difference it is: the runtime's (the original gives the same there)
+    or the conversion's (the original matches there)."""
+    real = Witness.run_placed
+
+    def departs(self: Witness, model: onnx.ModelProto, sets: object, outputs: object = None,
+                timeout: float = 0) -> Ran:
+        got = real(self, model, sets, outputs).values  # type: ignore[arg-type]
+        if model.opset_import[0].version == 11 and not original_departs:
+            return Ran(got)
+        return Ran([[v + np.float32(0.5) if v.dtype == np.float32 else v for v in row] for row in got])
+
+    monkeypatch.setattr(Witness, "run_placed", departs)
+    with pytest.raises(VerificationError) as e:
+        lowerer.convert(_softmax_model(), target_opset=13, for_backend="openvino==2024.0")
+    text = str(e.value)
+    assert "output 'y' differs" in text
+    if original_departs:
+        assert text.endswith("; the original model gives the same there: the runtime's own departure, in the model "
+                             "as exported too")
+    else:
+        assert text.endswith("; the original model matches there: the difference comes with the conversion")
+
+
 def test_a_witness_that_dies_is_a_failure_not_a_signal(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     fake = tmp_path / "python"
     fake.write_text("#!/bin/sh\nkill -SEGV $$\n")

@@ -38,9 +38,9 @@ or ``differs-as-original``), not a failure: the runtime's, which the user alread
 A difference, or a model the runtime refuses, fails the conversion (exit 1) with one line naming the
 output, the input set and, where it can be found, the first node whose value departs (both sides of
 the converted model run with every top-level value as an output: the first node whose inputs agree
-and whose output does not); for a model the runtime refuses, the line also says whether the original model
-runs there (one more run of the witness, on failure only): a failure the original shows too is the runtime's
-own, which no form of lowerer's avoids; one it does not show came with the conversion. The report records
+and whose output does not); the line also says what the original model does there (one more run of the
+witness, on failure only): a failure, or the same values, the original shows too is the runtime's own, in the
+model as exported; one it does not show came with the conversion. The report records
 what ran where (``report.backend["deployment"]``). A
 runtime that is not installed, or installed at another release, is recorded as not run.
 """
@@ -242,8 +242,33 @@ def _run_check(original: onnx.ModelProto | None, converted: onnx.ModelProto, pro
                                                  "model's own node, which the runtime computes so)", witness.label,
                           ref_label, stats, labels, departs, ran.placement)
     where = f"; the first node that departs there: {departs}" if departs else ""
-    reason = f"the converted model computes otherwise on {witness.label}{placed}: {differs}{where}"
+    reason = f"the converted model computes otherwise on {witness.label}{placed}: {differs}{where}" + \
+        _difference_fate(original if reference == "the original" else None, converted, witness, sets, expected, got,
+                         judged, profile.tolerance)
     return Deployment("different", reason, witness.label, ref_label, stats, labels, departs, ran.placement)
+
+
+def _difference_fate(original: onnx.ModelProto | None, converted: onnx.ModelProto, witness: Witness,
+                     sets: list[FeedSet], expected: list[list[np.ndarray]], got: list[list[np.ndarray]],
+                     judged: list[int], relative: float) -> str:
+    """What the original model gives on the witness where the converted one differs (one more run, on failure only).
+
+    The same values: the runtime's own departure, which the model as exported shows too; onnxruntime's values:
+    the difference came with the conversion.
+    """
+    if original is None:
+        return ""
+    try:
+        there = witness.run_sets(original, [s.feeds for s in sets])
+    except WitnessError as e:
+        return f"; the original model cannot {_verb(e.stage)} there ({_short(str(e), 200)})"
+    picked = [sets[k] for k in judged]
+    if all(s.ok for s in _compare(converted, [there[k] for k in judged], [got[k] for k in judged], picked, relative)):
+        return "; the original model gives the same there: the runtime's own departure, in the model as exported too"
+    if all(s.ok for s in _compare(converted, [expected[k] for k in judged], [there[k] for k in judged], picked,
+                                  relative)):
+        return "; the original model matches there: the difference comes with the conversion"
+    return "; the original model differs there too, otherwise"
 
 
 @dataclass
