@@ -15,7 +15,9 @@ numpy onnx``) and cached under ``--cache`` (``~/.cache/lowerer/backend-venvs/<re
    witness, as a user with R installed converts), then OUT run on R through the witness; each
    compared with onnxruntime CPU on M (floats within the runtime's budget x scale, discrete outputs exactly).
    Counts: written (exit 0) / matching / refused (exit 2, or 1: a failed verification) / fails there
-   (written, but R refuses or fails it: loud) / silently wrong; and against M as exported: helped (M fails or
+   (written, but R refuses or fails it: loud) / silently wrong (written and differing there, where no warning line
+   said the runtime computes a node of it differently: those are counted apart, "said"); and against M as
+   exported: helped (M fails or
    differs there, OUT matches), kept (both match), broken (M matches, OUT is written and does not), refused
    though M matches there (``refused-ok``).
 
@@ -150,7 +152,8 @@ def convert(lowerer: list[str], source: Path, out: Path, spec: str, env: dict[st
     except subprocess.TimeoutExpired:
         return -1, "timeout"
     lines = [ln for ln in done.stderr.splitlines() if ln.strip() and "warning" not in ln]
-    return done.returncode, (lines[0] if done.returncode else "")[:300]
+    said = [ln for ln in done.stderr.splitlines() if "warning" in ln and "computes it differently" in ln]
+    return done.returncode, (lines[0] if done.returncode else (said[0] if said else ""))[:300]
 
 
 def _reference(model: onnx.ModelProto, feeds: dict[str, np.ndarray]) -> list[np.ndarray] | None:
@@ -219,6 +222,8 @@ def _row(status: tuple[int, str], result: list[np.ndarray] | tuple[str, str] | N
     if reference is None:
         return {"status": "no reference"}
     ok, worst, what = compare(reference, result, budget)
+    if not ok and "computes it differently" in why:  # a departure of the model as exported, said in a warning
+        return {"status": "said", "max_diff": worst, "why": f"{what}; {why}"}
     return {"status": "matching" if ok else "silently wrong", "max_diff": worst, "why": what}
 
 
@@ -318,7 +323,8 @@ def render(table: dict[str, Any]) -> str:
         m = row.get("models", {})
         probe_cell = f"{p.get('right', 0)} / {p.get('wrong', 0)} / {p.get('fails', 0)}" if p else "not run"
         model_cell = (f"{m.get('written', 0)} / {m.get('matching', 0)} / {m.get('refused', 0)} / "
-                      f"{m.get('fails there', 0)} / {m.get('silently wrong', 0)}") if m else "not run"
+                      f"{m.get('fails there', 0)} / {m.get('silently wrong', 0)}"
+                      + (f" ({m['said']} more differ there, said)" if m.get("said") else "")) if m else "not run"
         effect_cell = (f"{m.get('helped', 0)} / {m.get('kept', 0)} / {m.get('broken', 0)} / "
                        f"{m.get('refused-ok', 0) + m.get('refused-bad', 0)} ({m.get('refused-ok', 0)})") if m else ""
         lines.append(f"| {name} (`{row['spec']}`) | {probe_cell} | {model_cell} | {effect_cell} |")

@@ -141,6 +141,33 @@ def test_a_difference_there_says_whether_the_original_gives_the_same(cpu_witness
         assert text.endswith("; the original model matches there: the difference comes with the conversion")
 
 
+@pytest.mark.parametrize("original_fails", [True, False])
+def test_a_special_set_the_runtime_cannot_run_for_the_original_either_is_left_out(
+        cpu_witness: None, monkeypatch: pytest.MonkeyPatch, original_fails: bool) -> None:
+    """A ±inf or NaN set the runtime cannot run (an index computed from ±inf, checked there) is left out and said
+    where the original model fails on it there too; where the original runs it, the failure stands (exit 1)."""
+    real = Witness.run_placed
+
+    def fails_on_special(self: Witness, model: onnx.ModelProto, sets: list[dict[str, np.ndarray]],
+                         outputs: object = None, timeout: float = 0) -> Ran:
+        special = [k for k, s in enumerate(sets) if any(not np.isfinite(v).all() for v in s.values())]
+        if special and (original_fails or model.opset_import[0].version == 13):
+            raise WitnessError("run", self.label, "indices point to non-existing data", input_set=special[0])
+        return real(self, model, sets, outputs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(Witness, "run_placed", fails_on_special)
+    if original_fails:
+        record = lowerer.convert(_softmax_model(), target_opset=13, for_backend="openvino==2024.0").report.backend
+        assert record is not None and record["deployment"]["status"] == "equal", record["deployment"]
+        assert "±inf or NaN input set(s) left out, which onnxruntime cpu CPUExecutionProvider cannot run for the " \
+               "original model either, first inf" in record["deployment"]["reason"]
+        assert not any(s.startswith(("inf", "-inf", "nan")) for s in record["deployment"]["input_sets"])
+    else:
+        with pytest.raises(VerificationError, match=r"cannot run the converted model \(input set (-?inf|nan).*the "
+                                                     r"original model runs there"):
+            lowerer.convert(_softmax_model(), target_opset=13, for_backend="openvino==2024.0")
+
+
 def test_a_witness_that_dies_is_a_failure_not_a_signal(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     fake = tmp_path / "python"
     fake.write_text("#!/bin/sh\nkill -SEGV $$\n")
