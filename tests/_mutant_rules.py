@@ -154,8 +154,11 @@ def _forms() -> list[Mutant]:
         Mutant("gather-slices-start-off-by-one", "form", form("gather-slices", change_const(lambda v: v - 1, which=3)),
                lambda: one_node("Gather", 13, {"axis": 1}, inputs=[("x", F, [2, 3, 4])],
                                 consts={"g": np.array([2, 1], _I64)}), 13, NCNN, area="backend_forms"),
-        Mutant("attention-causal-trilu-diagonal-masked", "form", form("attention-causal-trilu", _trilu_k_less),
+        Mutant("attention-trilu-isinf-diagonal-masked", "form", form("attention-trilu-isinf", _trilu_k_less),
                _causal, 19, {"for_backend": "tvm"}, area="backend_forms"),
+        Mutant("attention-trilu-isinf-guard-missed", "form", form("attention-trilu-isinf", _guard_never),
+               lambda: one_node("Attention", 23, None, inputs=[(n, T.FLOAT, [2, 2, 4, 8]) for n in "qkv"]
+                                + [("m", T.BOOL, [2, 1, 4, 4])]), 19, {"for_backend": "tvm"}, area="backend_forms"),
         Mutant("where-constant-other-branch", "form", form("where-constant", _other_branch), _constant_where, 16, NCNN,
                area="backend_forms"),
     ]
@@ -174,8 +177,16 @@ def _constant_where() -> onnx.ModelProto:
                     consts={"c": np.zeros((2, 3), np.bool_)}, order=["c", "a", "b"])
 
 
+def _guard_never(em: Any) -> None:
+    """The attention-trilu-isinf form whose guard never fires (IsInf of +inf only): a wholly masked row is NaN."""
+    node = _find(em, "IsInf")
+    del node.attribute[:]
+    node.attribute.extend([onnx.helper.make_attribute("detect_positive", 1),
+                           onnx.helper.make_attribute("detect_negative", 0)])
+
+
 def _trilu_k_less(em: Any) -> None:
-    """The attention-causal-trilu form masking the diagonal too (Trilu's k one less: each row's own key masked)."""
+    """The attention-trilu-isinf form masking the diagonal too (Trilu's k one less: each row's own key masked)."""
     trilu = _find(em, "Trilu")
     (k,) = [n for n in em.nodes if n.op_type == "Constant" and n.output[0] == trilu.input[1]]
     k.attribute[0].t.CopyFrom(numpy_helper.from_array(numpy_helper.to_array(k.attribute[0].t) - 1, k.output[0]))

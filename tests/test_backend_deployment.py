@@ -168,6 +168,34 @@ def test_a_special_set_the_runtime_cannot_run_for_the_original_either_is_left_ou
             lowerer.convert(_softmax_model(), target_opset=13, for_backend="openvino==2024.0")
 
 
+@pytest.mark.parametrize("original_too", [True, False])
+def test_an_all_equal_set_the_original_departs_on_too_is_recorded(cpu_witness: None, monkeypatch: pytest.MonkeyPatch,
+                                                                  original_too: bool) -> None:
+    """One value everywhere: normalizations divide rounding noise by a near-zero deviation, so a runtime rounding
+    otherwise differs there beyond any budget. Recorded where the original model gives the same on the runtime;
+    judged (exit 1) where only the converted one departs."""
+    real = Witness.run_placed
+
+    def departs_on_all_equal(self: Witness, model: onnx.ModelProto, sets: list[dict[str, np.ndarray]],
+                             outputs: object = None, timeout: float = 0) -> Ran:
+        got = real(self, model, sets, outputs).values  # type: ignore[arg-type]
+        if model.opset_import[0].version == 11 and not original_too:
+            return Ran(got)
+        flat = [all(np.unique(v).size == 1 for v in s.values()) for s in sets]
+        return Ran([[v + np.float32(0.5) for v in row] if one else row for row, one in zip(got, flat, strict=True)])
+
+    monkeypatch.setattr(Witness, "run_placed", departs_on_all_equal)
+    if original_too:
+        record = lowerer.convert(_softmax_model(), target_opset=13, for_backend="openvino==2024.0").report.backend
+        assert record is not None and record["deployment"]["status"] == "equal", record["deployment"]
+        assert "input set all-equal (x: float32[1,4,5]): the original model gives the same on onnxruntime cpu " \
+               "CPUExecutionProvider (the runtime's own rounding, amplified on one value everywhere" \
+               in record["deployment"]["reason"]
+    else:
+        with pytest.raises(VerificationError, match=r"output 'y' differs .*input set all-equal"):
+            lowerer.convert(_softmax_model(), target_opset=13, for_backend="openvino==2024.0")
+
+
 def test_a_witness_that_dies_is_a_failure_not_a_signal(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     fake = tmp_path / "python"
     fake.write_text("#!/bin/sh\nkill -SEGV $$\n")

@@ -205,7 +205,7 @@ def _run_check(original: onnx.ModelProto | None, converted: onnx.ModelProto, pro
         return _refused(ran, original, witness, sets, reference, ref_label, shared)
     ref_label, labels = ref_label + left, [s.label for s in sets]
     got, placed = ran.values, _placed(ran.placement)
-    judged = [k for k, s in enumerate(sets) if not _recorded_here(s.label) and not _inf(s.label)]
+    judged = [k for k, s in enumerate(sets) if not _recorded_here(s.label) and not _special(s.label)]
     stats = _compare(converted, [expected[k] for k in judged], [got[k] for k in judged], [sets[k] for k in judged],
                      profile.tolerance)
     bad = [s for s in stats if not s.ok]
@@ -419,6 +419,11 @@ def _placed(placement: dict[str, Any] | None, limit: int = 6) -> str:
             f"(reported, not judged): {shown}")
 
 
+def _special(label: str) -> bool:
+    """A ±inf set, or the all-equal one (one value everywhere: normalizations there amplify each runtime's rounding)."""
+    return _inf(label) or label.split(" ", 1)[0] == "all-equal"
+
+
 def _inf(label: str) -> bool:
     return label.split(" ", 1)[0] in ("inf", "-inf")
 
@@ -427,7 +432,12 @@ def _inf_sets(converted: onnx.ModelProto, witness: Witness, sets: list[FeedSet],
               got: list[list[np.ndarray]], relative: float, judged: list[int],
               original: onnx.ModelProto | None = None, data_dir: Path | None = None
               ) -> tuple[list[OutputStats], list[OutputStats], list[int], str | None]:
-    """The ±inf sets judged beside ``judged``: (stats, bad, the sets judged, what was recorded and why, or None).
+    """The ±inf and all-equal sets judged beside ``judged``: (stats, bad, the sets judged, what was recorded, or None).
+
+    The all-equal set (one value everywhere) is taken with the ±inf sets: normalizations on it divide rounding
+    noise by a near-zero deviation, so runtimes that round otherwise than onnxruntime differ there beyond any
+    budget; it is recorded where the original model gives the same on the runtime (the NONFINITE and listed
+    departures are asked of the ±inf sets and the reference alike).
 
     A ±inf set on which an output differs is recorded, not judged, only where the first node that departs on
     it (the converted model run on both runtimes) is of an op in the runtime's ``NONFINITE`` (a measured
@@ -439,11 +449,12 @@ def _inf_sets(converted: onnx.ModelProto, witness: Witness, sets: list[FeedSet],
     Attention, say), as the whole-model check records such a set; the departure is named.
     """
     runtime = runtime_of(witness.runtime)
-    infs = [k for k, s in enumerate(sets) if _inf(s.label)]
+    infs = [k for k, s in enumerate(sets) if _special(s.label)]
     differ = [k for k in infs if not all(s.ok for s in _compare(converted, [expected[k]], [got[k]], [sets[k]],
                                                                 relative))]
-    nodes = dict(zip(differ, _departing_nodes(converted, witness, [sets[k].feeds for k in differ], relative),
-                     strict=True)) if differ and runtime is not None and runtime.nonfinite else {}
+    located = [k for k in differ if _inf(sets[k].label)]
+    nodes = dict(zip(located, _departing_nodes(converted, witness, [sets[k].feeds for k in located], relative),
+                     strict=True)) if located and runtime is not None and runtime.nonfinite else {}
     both, recorded = list(judged), []
     for k in infs:
         node = nodes.get(k)
@@ -460,8 +471,9 @@ def _inf_sets(converted: onnx.ModelProto, witness: Witness, sets: list[FeedSet],
                                  [got[k] for k in unexplained], relative)
         for k in (k for k, ok in zip(unexplained, same, strict=True) if ok):
             both.remove(k)
+            own = "handling of ±inf" if _inf(sets[k].label) else "rounding, amplified on one value everywhere,"
             recorded.append(f"input set {sets[k].label}: the original model gives the same on {witness.label} "
-                            "(the runtime's own handling of ±inf in the model's ops, not changed by the conversion)")
+                            f"(the runtime's own {own} in the model's ops, not changed by the conversion)")
     for k in [k for k in differ if k in both]:
         met = departure_met(original if original is not None else converted, data_dir, sets[k].feeds, CPU)
         if met is not None:
@@ -583,7 +595,7 @@ def _recorded(converted: onnx.ModelProto, expected: list[list[np.ndarray]], got:
         return ""
     stats = _compare(converted, [expected[k] for k in kept], [got[k] for k in kept], [sets[k] for k in kept], relative)
     bad = [f"output {s.name!r}: {_describe(s)}" for s in stats if not s.ok]
-    what, why = ("±inf and NaN sets", f" (±inf: {covered})") if covered else ("NaN sets", "")
+    what, why = ("±inf, all-equal and NaN sets", f" ({covered})") if covered else ("NaN sets", "")
     return f"; {what} (recorded, not judged): {'; '.join(bad) or 'equal'}{why}"
 
 

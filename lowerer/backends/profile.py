@@ -91,8 +91,8 @@ REWRITES: dict[str, str] = {
                              "not sqrt(scale) to Q and to K^T",
     "attention-float-mask": "Attention with a bool attn_mask -> the same node given Where(mask, 0, -inf) in Q's type "
                             "(the additive mask its body makes of it)",
-    "attention-causal-trilu": "Attention -> its function body with the causal mask as Trilu of a -inf fill (not "
-                              "compared Range rows and columns)",
+    "attention-trilu-isinf": "Attention -> its function body with the causal mask as Trilu of a -inf fill and the "
+                             "guard of a wholly masked row as ReduceMin of IsInf (not ReduceMax == -inf)",
     "gather-slices": "Gather with constant indices (rank >= 1) -> one Slice per index, concatenated along the axis",
     "where-constant": "Where with a constant condition all true or all false -> the branch it takes (Expand where "
                       "the output is broadcast larger)",

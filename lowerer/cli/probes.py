@@ -208,7 +208,7 @@ ENTRY_FORMS: dict[str, tuple[str, str, int]] = {
     "einsum-pairwise": (r"^Einsum-12-three-operands$", "mnn==3.6", 17),
     "shape-slice": (r"^Shape-15-dims-Reshape$", "tvm==0.27", 17),
     "attention-float-mask": (r"^Attention-23-bool-mask$", "tract<0.23.9", 23),
-    "attention-causal-trilu": (r"^Attention-23(-noncausal)?$", "tvm==0.27", 17),
+    "attention-trilu-isinf": (r"^Attention-23(-noncausal|-bool-mask)?$", "tvm==0.27", 17),
 }
 
 

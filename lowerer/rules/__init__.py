@@ -11,7 +11,7 @@ here registers nothing: ``tests/test_registry.py`` checks every module of the pa
   (``argmax-topk``, ``hardmax-topk``, ``shape-slice``), :mod:`.reduce_forms` (``argmax-reduce``, ``hardmax-reduce``),
   :mod:`.einsum` (``einsum-diagonal``, ``einsum-pairwise``), :mod:`.backend_forms` (``gelu-mul``, ``gelu-tanh-cube``,
   ``where-constant``, ``gather-slices``), :mod:`.attention_forms` (``attention-scale-after``, ``attention-float-mask``,
-  ``attention-causal-trilu``), :mod:`.isnan_forms` (``isnan-equal``,
+  ``attention-trilu-isinf``), :mod:`.isnan_forms` (``isnan-equal``,
   ``isnan-ordered``), :mod:`.constant_of_shape` (``constant-fill``,
   ``explicit-fill``);
 * lowerings (ops with no function body written with older ops, for targets that lack them): :mod:`.trilu`,
@@ -58,7 +58,7 @@ from lowerer.rules import (  # noqa: F401  (imported to register their adapters)
     widening,
 )
 from lowerer.rules.argmax import ArgExtremumRule
-from lowerer.rules.attention_forms import AttentionCausalTriluForm, AttentionFloatMaskForm, AttentionScaleAfterForm
+from lowerer.rules.attention_forms import AttentionFloatMaskForm, AttentionScaleAfterForm, AttentionTriluIsInfForm
 from lowerer.rules.backend_forms import (
     ConstantInputsForm,
     GatherSlicesForm,
@@ -102,7 +102,7 @@ REGISTRY.form("gelu-mul", ("Gelu",), GeluMulForm)
 REGISTRY.form("gelu-tanh-cube", ("Gelu",), GeluTanhCubeForm)
 REGISTRY.form("attention-scale-after", ("Attention",), AttentionScaleAfterForm)
 REGISTRY.form("attention-float-mask", ("Attention",), AttentionFloatMaskForm)
-REGISTRY.form("attention-causal-trilu", ("Attention",), AttentionCausalTriluForm)
+REGISTRY.form("attention-trilu-isinf", ("Attention",), AttentionTriluIsInfForm)
 REGISTRY.form("where-constant", ("Where",), WhereConstantForm)
 REGISTRY.form("gather-slices", ("Gather",), GatherSlicesForm)
 REGISTRY.seal()

@@ -6,8 +6,10 @@ The function body written so that a runtime builds it, or the node given inputs 
   (one Mul after the MatMul), not ``sqrt(scale)`` to ``Q`` and to ``Kᵀ`` (rknn-toolkit2's build);
 * :class:`AttentionFloatMaskForm` (``attention-float-mask``): the node with a bool ``attn_mask`` given the additive
   float mask its function body makes of it, ``Where(mask, 0, -inf)`` in Q's type (tract's build);
-* :class:`AttentionCausalTriluForm` (``attention-causal-trilu``): the function body with its causal mask written as
-  ``Trilu`` of a -inf fill of the bias's shape, not compared ``Range`` rows and columns (TVM's Relax frontend).
+* :class:`AttentionTriluIsInfForm` (``attention-trilu-isinf``): the function body with its causal mask written as
+  ``Trilu`` of a -inf fill of the bias's shape, not compared ``Range`` rows and columns, and the guard for a row
+  whose every key is masked computed from ``IsInf`` of the bias, not from its ``ReduceMax`` (TVM's Relax
+  frontend: its VM codegen fails on the first, its ReduceMax of a row of -inf gives the lowest float).
 """
 
 from __future__ import annotations
@@ -19,7 +21,7 @@ from onnx import numpy_helper
 from lowerer.model_io.node_attributes import int_attribute
 from lowerer.steps.emitter import Emitter, Rule
 
-__all__ = ["AttentionCausalTriluForm", "AttentionFloatMaskForm", "AttentionScaleAfterForm"]
+__all__ = ["AttentionFloatMaskForm", "AttentionScaleAfterForm", "AttentionTriluIsInfForm"]
 
 
 class _BodyForm(Rule):
@@ -140,25 +142,61 @@ def _scale_after_product(em: Emitter, opset: int) -> None:
               "function body (another onnx's body)")
 
 
-class AttentionCausalTriluForm(_BodyForm):
-    """``Attention`` (23, 24) → its function body with the causal mask as ``Trilu`` of a -inf fill, exactly as the body.
+class AttentionTriluIsInfForm(_BodyForm):
+    """``Attention`` (23, 24) → its function body, the causal mask as ``Trilu``, the masked-row guard by ``IsInf``.
 
     onnx's body builds the causal bias as ``Where(Less(Range(q)[:, None] + past, Range(kv)[None, :]), -inf, 0)``,
     the ranges' lengths gathered from the bias's shape ``[q, kv]`` at run time; TVM 0.27's Relax frontend gives
     such a tensor a shape it cannot name, and its VM codegen fails on the Add of it to the bias ("CodeGenVM cannot
     emit this Relax operator directly ... R.add", measured on decoder.dynamo.opset23). This form writes that Where
     as ``Trilu(ConstantOfShape(shape, -inf), k=past + 1, upper=1)``: -inf exactly where column > row + past, +0
-    elsewhere, the same values. The rest of the body is onnx's, so the form is judged by the expansion's ulp budget
-    as the body is. A body without the causal pattern (``is_causal=0``) is written as it is; one whose ``past``
-    length is not a constant keeps its Where.
+    elsewhere, the same values (a body without the causal pattern, ``is_causal=0``, has none to write; one whose
+    ``past`` length is not a constant keeps its Where). And it writes the body's guard for a row whose every key is
+    masked, ``Equal(ReduceMax(bias, -1), -inf)``, as ``Cast(ReduceMin(Cast(IsInf(bias, positive 0)), -1), bool)``:
+    true exactly where every element of the row is -inf (an empty row: ReduceMax gives -inf, ReduceMin +inf, both
+    true). TVM 0.27's ReduceMax of a row of -inf gives the lowest float (-3.4e38, measured), so the guard missed
+    and a wholly masked row came out NaN where onnx's body gives 0; its ReduceMin of 0 and 1 is right. The values
+    are the body's; judged by the expansion's ulp budget as the body is.
     """
 
-    name = "attention-causal-trilu"
-    decomposition = "attention-causal-trilu"
+    name = "attention-trilu-isinf"
+    decomposition = "attention-trilu-isinf"
 
     def rework(self, em: Emitter, opset: int) -> None:
-        """Write the causal Where as Trilu."""
+        """Write the causal Where as Trilu and the masked-row guard by IsInf."""
         _causal_as_trilu(em, opset)
+        _rows_by_isinf(em, opset)
+
+
+def _rows_by_isinf(em: Emitter, opset: int) -> None:
+    """In ``em.nodes``: ``Equal(ReduceMax(b, axes), -inf)`` (the max read by nothing else) by ReduceMin of IsInf."""
+    nodes = em.nodes
+    producer = {o: n for n in nodes for o in n.output if o}
+    readers: dict[str, int] = {}
+    for n in nodes:
+        for i in n.input:
+            readers[i] = readers.get(i, 0) + 1
+    for at, equal in enumerate(nodes):
+        top = producer.get(equal.input[0]) if equal.op_type == "Equal" else None
+        ninf = em.constant(equal.input[1]) if top is not None else None
+        if top is None or top.op_type != "ReduceMax" or ninf is None or np.asarray(ninf).size != 1 or \
+                not np.isneginf(ninf).all() or readers.get(top.output[0], 0) != 1 or \
+                any(a.name == "noop_with_empty_axes" and a.i for a in top.attribute):
+            continue
+        label = em.node.name or em.node.op_type
+        inf, ones, least = (em.fresh(f"{equal.output[0]}_{s}") for s in ("isinf", "ones", "least"))
+        keep = [a for a in top.attribute if a.name == "keepdims"]
+        made = [onnx.helper.make_node("IsInf", [top.input[0]], [inf], name=em.fresh(f"{label}/IsInf"),
+                                      detect_positive=0),
+                onnx.helper.make_node("Cast", [inf], [ones], name=em.fresh(f"{label}/Cast"),
+                                      to=onnx.TensorProto.FLOAT),
+                onnx.helper.make_node("ReduceMin", [ones, *top.input[1:]], [least],
+                                      name=em.fresh(f"{label}/ReduceMin")),
+                onnx.helper.make_node("Cast", [least], list(equal.output), name=em.fresh(f"{label}/Cast"),
+                                      to=onnx.TensorProto.BOOL)]
+        made[2].attribute.extend(keep)
+        _splice(em, at, made, opset, [top])
+        return
 
 
 def _range_length(em: Emitter, producer: dict[str, onnx.NodeProto], name: str, axis: int) -> tuple[str, str] | None:

@@ -3,7 +3,8 @@
 Input sets (``kind``):
 
 * ``normal``: random normal values (integers: uniform over a moderate range);
-* ``ties``: two small integers (as floats for float types), so first vs last extremum matters;
+* ``ties``: two small integers (as floats for float types), so first vs last extremum matters; bools: each
+  row (the last axis) wholly true or wholly false, so a mask hides every key of some rows;
 * ``all-equal``: one value everywhere (every row is all ties);
 * ``inf`` (floats): normal values with +inf and -inf sprinkled in;
 * ``edges``: the type's range edges (integers: min, min+1, -1, 0, 1, max-1, max; floats:
@@ -116,7 +117,7 @@ def kinds_for(elem_type: int) -> tuple[str, ...]:
     if dtype.kind == "f" or dtype == _BF16:
         return SEEDED_KINDS
     if dtype.kind == "b":
-        return ("normal", "all-equal")
+        return ("normal", "ties", "all-equal")
     return ("normal", "ties", "all-equal", "edges")
 
 
@@ -140,6 +141,9 @@ def generate(kind: str, elem_type: int, shape: tuple[int, ...], rng: np.random.G
     if dtype.kind == "b":
         if kind == "all-equal":
             return np.full(shape, bool(rng.integers(0, 2)))
+        if kind == "ties" and shape:  # rows wholly true or wholly false
+            rows = rng.integers(0, 2, size=(*shape[:-1], 1)).astype(bool)
+            return np.array(np.broadcast_to(rows, shape))
         return rng.integers(0, 2, size=shape).astype(bool)
     if is_float:
         return _float_input(kind, dtype, shape, rng)
