@@ -98,6 +98,26 @@ def test_input_sets_the_model_rejects_are_left_out_and_said(cpu_witness: None, m
         assert "onnxruntime cannot run the model: input set set0" in found["reason"]
 
 
+def test_a_difference_beside_sets_onnxruntime_rejects_points_to_the_models_own_inputs(
+        cpu_witness: None, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Generated sets onnxruntime cannot run either (an index out of range) hint that the inputs lie outside what
+    the model takes: the failure line names --load-inputs and --input-shapes."""
+    x = np.random.default_rng(0).normal(size=(2, 4, 5)).astype(np.float32)
+    sets = [FeedSet(f"set{k}", {"x": x, "i": np.array([0, 3] if k < 2 else [1, 9], np.int64)}) for k in range(3)]
+    monkeypatch.setattr(deployment, "_input_sets", lambda *args: sets)
+    real = Witness.run_placed
+
+    def departs(self: Witness, model: onnx.ModelProto, feeds: object, outputs: object = None,
+                timeout: float = 0) -> Ran:
+        got = real(self, model, feeds, outputs).values  # type: ignore[arg-type]
+        return Ran([[v + np.float32(0.5) if v.dtype == np.float32 else v for v in row] for row in got])
+
+    monkeypatch.setattr(Witness, "run_placed", departs)
+    with pytest.raises(VerificationError, match=r"onnxruntime could not run 1 of the generated input sets either: "
+                                                 r".*--load-inputs IN\.npz, or --input-shapes NAME:DIMS\)$"):
+        lowerer.convert(_softmax_and_gather(), for_backend="openvino==2024.0")
+
+
 def test_a_departing_witness_fails_naming_output_and_node(cpu_witness: None, monkeypatch: pytest.MonkeyPatch) -> None:
     real = Witness.run_placed
 

@@ -244,8 +244,17 @@ def _run_check(original: onnx.ModelProto | None, converted: onnx.ModelProto, pro
     where = f"; the first node that departs there: {departs}" if departs else ""
     reason = f"the converted model computes otherwise on {witness.label}{placed}: {differs}{where}" + \
         _difference_fate(original if reference == "the original" else None, converted, witness, sets, expected, got,
-                         judged, profile.tolerance)
+                         judged, profile.tolerance) + _domain_hint(found, steering)
     return Deployment("different", reason, witness.label, ref_label, stats, labels, departs, ran.placement)
+
+
+def _domain_hint(found: _Reference, steering: ModelCheckOptions | None) -> str:
+    """Where onnxruntime could not run some generated input sets: a sign they lie outside the model's domain."""
+    if not found.errors or (steering is not None and steering.load_inputs):
+        return ""
+    return (f"; onnxruntime could not run {len(found.errors)} of the generated input sets either: where the inputs "
+            "lie outside what the model takes, give inputs it takes (--verify-model --load-inputs IN.npz, or "
+            "--input-shapes NAME:DIMS)")
 
 
 def _run_converted(original: onnx.ModelProto | None, converted: onnx.ModelProto, witness: Witness,
