@@ -23,6 +23,8 @@ One place for the logic that ``benchmarks/node_cases.py`` (the full survey) and
 from __future__ import annotations
 
 import collections
+import dataclasses
+import functools
 import multiprocessing
 import re
 import time
@@ -111,15 +113,31 @@ class Outcome:
 
 
 # -- cases and targets -------------------------------------------------------------------------------
-def load_cases(pattern: str = "") -> list[Any]:
-    """onnx's node test cases whose name matches the regex ``pattern`` (all when empty), by name."""
+@functools.cache
+def _collected() -> tuple[Any, ...]:
+    """onnx's node test cases, collected once per process (onnx builds each case's data: about 18 s here)."""
     from onnx.backend.test.case import node
 
     with warnings.catch_warnings(), np.errstate(all="ignore"):
         warnings.simplefilter("ignore")
-        cases = node.collect_testcases("")
+        return tuple(sorted(node.collect_testcases(""), key=lambda c: c.name))
+
+
+def load_cases(pattern: str = "") -> list[Any]:
+    """onnx's node test cases whose name matches the regex ``pattern`` (all when empty), by name.
+
+    Each call gets its own copy of each case's model (a test may change it); the data are shared.
+    """
     regex = re.compile(pattern) if pattern else None
-    return sorted((c for c in cases if regex is None or regex.search(c.name)), key=lambda c: c.name)
+    out = []
+    for c in _collected():
+        if regex is None or regex.search(c.name):
+            model = c.model
+            if model is not None:
+                model = onnx.ModelProto()
+                model.CopyFrom(c.model)
+            out.append(dataclasses.replace(c, model=model))
+    return out
 
 
 def source_opset(model: onnx.ModelProto) -> int | None:

@@ -10,13 +10,12 @@ fixtures (``tests/fixtures/real``), each to a few targets.
 from __future__ import annotations
 
 import json
-import warnings
 from collections.abc import Iterator
 from pathlib import Path
 
-import numpy as np
 import onnx
 import pytest
+from _node_cases import load_cases
 from onnx import helper
 
 import lowerer
@@ -73,13 +72,8 @@ def _doubled(model: onnx.ModelProto) -> onnx.ModelProto:
 
 
 def _node_cases() -> list[tuple[str, onnx.ModelProto]]:
-    from onnx.backend.test.case import node
-
-    with warnings.catch_warnings(), np.errstate(all="ignore"):
-        warnings.simplefilter("ignore")
-        cases = node.collect_testcases("")
     out = []
-    for c in sorted(cases, key=lambda c: c.name):
+    for c in load_cases():
         model = c.model
         if model is None:
             continue
