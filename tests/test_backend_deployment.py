@@ -15,6 +15,7 @@ import os
 import stat
 import subprocess
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
@@ -98,6 +99,22 @@ def test_input_sets_the_model_rejects_are_left_out_and_said(cpu_witness: None, m
         assert "onnxruntime cannot run the model: input set set0" in found["reason"]
 
 
+def _departing(monkeypatch: pytest.MonkeyPatch, model_departs: Callable[[onnx.ModelProto], bool] = lambda m: True,
+               set_departs: Callable[[dict[str, np.ndarray]], bool] = lambda feeds: True) -> None:
+    """The witness made to depart: 0.5 added to its float32 outputs, for the models and input sets named."""
+    real = Witness.run_placed
+
+    def departs(self: Witness, model: onnx.ModelProto, sets: list[dict[str, np.ndarray]], outputs: object = None,
+                timeout: float = 0) -> Ran:
+        got = real(self, model, sets, outputs).values  # type: ignore[arg-type]
+        if not model_departs(model):
+            return Ran(got)
+        return Ran([[v + np.float32(0.5) if v.dtype == np.float32 else v for v in row] if set_departs(feeds) else row
+                    for row, feeds in zip(got, sets, strict=True)])
+
+    monkeypatch.setattr(Witness, "run_placed", departs)
+
+
 def test_a_difference_beside_sets_onnxruntime_rejects_points_to_the_models_own_inputs(
         cpu_witness: None, monkeypatch: pytest.MonkeyPatch) -> None:
     """Generated sets onnxruntime cannot run either (an index out of range) hint that the inputs lie outside what
@@ -105,28 +122,14 @@ def test_a_difference_beside_sets_onnxruntime_rejects_points_to_the_models_own_i
     x = np.random.default_rng(0).normal(size=(2, 4, 5)).astype(np.float32)
     sets = [FeedSet(f"set{k}", {"x": x, "i": np.array([0, 3] if k < 2 else [1, 9], np.int64)}) for k in range(3)]
     monkeypatch.setattr(deployment, "_input_sets", lambda *args: sets)
-    real = Witness.run_placed
-
-    def departs(self: Witness, model: onnx.ModelProto, feeds: object, outputs: object = None,
-                timeout: float = 0) -> Ran:
-        got = real(self, model, feeds, outputs).values  # type: ignore[arg-type]
-        return Ran([[v + np.float32(0.5) if v.dtype == np.float32 else v for v in row] for row in got])
-
-    monkeypatch.setattr(Witness, "run_placed", departs)
+    _departing(monkeypatch)
     with pytest.raises(VerificationError, match=r"onnxruntime could not run 1 of the generated input sets either: "
                                                  r".*--load-inputs IN\.npz, or --input-shapes NAME:DIMS\)$"):
         lowerer.convert(_softmax_and_gather(), for_backend="openvino==2024.0")
 
 
 def test_a_departing_witness_fails_naming_output_and_node(cpu_witness: None, monkeypatch: pytest.MonkeyPatch) -> None:
-    real = Witness.run_placed
-
-    def departs(self: Witness, model: onnx.ModelProto, sets: object, outputs: object = None,
-                timeout: float = 0) -> Ran:
-        got = real(self, model, sets, outputs).values  # type: ignore[arg-type]
-        return Ran([[v + np.float32(0.5) if v.dtype == np.float32 else v for v in row] for row in got])
-
-    monkeypatch.setattr(Witness, "run_placed", departs)
+    _departing(monkeypatch)
     with pytest.raises(VerificationError) as e:
         lowerer.convert(_softmax_model(), target_opset=13, for_backend="openvino==2024.0")
     text = str(e.value)
@@ -140,16 +143,7 @@ def test_a_difference_there_says_whether_the_original_gives_the_same(cpu_witness
                                                                      original_departs: bool) -> None:
     """Exit 1 either way; the line says whose difference it is: the runtime's (the original gives the same there)
     or the conversion's (the original matches there)."""
-    real = Witness.run_placed
-
-    def departs(self: Witness, model: onnx.ModelProto, sets: object, outputs: object = None,
-                timeout: float = 0) -> Ran:
-        got = real(self, model, sets, outputs).values  # type: ignore[arg-type]
-        if model.opset_import[0].version == 11 and not original_departs:
-            return Ran(got)
-        return Ran([[v + np.float32(0.5) if v.dtype == np.float32 else v for v in row] for row in got])
-
-    monkeypatch.setattr(Witness, "run_placed", departs)
+    _departing(monkeypatch, lambda m: original_departs or m.opset_import[0].version != 11)
     with pytest.raises(VerificationError) as e:
         lowerer.convert(_softmax_model(), target_opset=13, for_backend="openvino==2024.0")
     text = str(e.value)
@@ -194,17 +188,8 @@ def test_an_all_equal_set_the_original_departs_on_too_is_recorded(cpu_witness: N
     """One value everywhere: normalizations divide rounding noise by a near-zero deviation, so a runtime rounding
     otherwise differs there beyond any budget. Recorded where the original model gives the same on the runtime;
     judged (exit 1) where only the converted one departs."""
-    real = Witness.run_placed
-
-    def departs_on_all_equal(self: Witness, model: onnx.ModelProto, sets: list[dict[str, np.ndarray]],
-                             outputs: object = None, timeout: float = 0) -> Ran:
-        got = real(self, model, sets, outputs).values  # type: ignore[arg-type]
-        if model.opset_import[0].version == 11 and not original_too:
-            return Ran(got)
-        flat = [all(np.unique(v).size == 1 for v in s.values()) for s in sets]
-        return Ran([[v + np.float32(0.5) for v in row] if one else row for row, one in zip(got, flat, strict=True)])
-
-    monkeypatch.setattr(Witness, "run_placed", departs_on_all_equal)
+    _departing(monkeypatch, lambda m: original_too or m.opset_import[0].version != 11,
+               lambda feeds: all(np.unique(v).size == 1 for v in feeds.values()))
     if original_too:
         record = lowerer.convert(_softmax_model(), target_opset=13, for_backend="openvino==2024.0").report.backend
         assert record is not None and record["deployment"]["status"] == "equal", record["deployment"]

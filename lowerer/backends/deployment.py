@@ -274,22 +274,14 @@ def _run_converted(original: onnx.ModelProto | None, converted: onnx.ModelProto,
             ran = e
         k = ran.input_set if isinstance(ran, WitnessError) else None
         special = k is not None and (_inf(sets[k].label) or _recorded_here(sets[k].label))
-        if k is None or original is None or len(sets) < 2 or not special or not _fails_there(original, witness,
-                                                                                           sets[k]):
+        if k is None or original is None or len(sets) < 2 or not special or \
+                _original_there(original, witness, [sets[k]]) is None:
             note = f" ({len(left)} ±inf or NaN input set(s) left out, which {witness.label} cannot run for the " \
                    f"original model either, first {left[0]})" if left else ""
             return ran, sets, expected, note
         assert isinstance(ran, WitnessError)
         left.append(f"{sets[k].label}: {_short(str(ran), 160)}")
         sets, expected = sets[:k] + sets[k + 1:], expected[:k] + expected[k + 1:]
-
-
-def _fails_there(original: onnx.ModelProto, witness: Witness, feed_set: FeedSet) -> bool:
-    try:
-        witness.run_sets(original, [feed_set.feeds])
-    except WitnessError:
-        return True
-    return False
 
 
 def _difference_fate(original: onnx.ModelProto | None, converted: onnx.ModelProto, witness: Witness,
